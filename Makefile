@@ -1,0 +1,50 @@
+# The two commands a newcomer runs are `make run` and `make test`; each installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: install browser migrate run test test-postgres lint format typecheck check bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Playwright drives Debian's chromium; it never downloads a browser of its own.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
+migrate: install
+	$(BIN)/python -m service migrate
+
+run: migrate
+	$(BIN)/python -m service serve
+
+test: install browser
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The same suite against a PostgreSQL server: TEST_POSTGRES_URL=postgresql://user@host:port/db
+test-postgres: install browser
+	TEST_DATABASE=postgres $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check service tests bench alembic
+	$(BIN)/ruff format --check service tests bench alembic
+
+format: install
+	$(BIN)/ruff format service tests bench alembic
+	$(BIN)/ruff check --fix service tests bench alembic
+
+typecheck: install
+	$(BIN)/mypy --strict service
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,121 @@
+"""The one configuration object, read from the environment (and an optional `.env` file).
+
+Every default is an embedded-development default: SQLite in `./var`, the built-in Stripe sandbox,
+well-known development secrets. Outside development mode those defaults are refused at start-up,
+so a production deployment cannot run on a secret that is printed in this file.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - the refused-outside-development default
+DEV_WEBHOOK_SECRET = "whsec_dev_sandbox_secret"  # noqa: S105
+DEV_REQUEST_STATE_KEY = "ZGV2LW9ubHktcmVxdWVzdC1zdGF0ZS1rZXktMzJieXQ="  # noqa: S105 - base64, 32 bytes
+SANDBOX_SECRET_KEY = "sk_test_sandbox"  # noqa: S105 - the key the built-in sandbox accepts
+
+
+class ConfigurationError(Exception):
+    """The settings are unsafe for the chosen environment; the message says what to change."""
+
+
+def _split_csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+CsvList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Service configuration. Field names map to upper-case environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True, validate_default=True
+    )
+
+    environment: Literal["development", "production"] = "development"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    public_base_url: str = "http://127.0.0.1:8000"
+    database_url: str = "sqlite:///./var/service.db"
+    secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    mcp_server_name: str = "paid-mcp-service"
+    mcp_allowed_hosts: CsvList = []
+    mcp_allowed_origins: CsvList = []
+    request_state_keys: CsvList = [DEV_REQUEST_STATE_KEY]
+
+    stripe_secret_key: SecretStr = SecretStr(SANDBOX_SECRET_KEY)
+    stripe_webhook_secret: CsvList = [DEV_WEBHOOK_SECRET]
+    stripe_api_base: str | None = None
+
+    access_token_ttl_seconds: int = Field(default=3600, gt=0)
+    refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
+    authorization_code_ttl_seconds: int = Field(default=300, gt=0)
+    browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
+
+    _split = field_validator(
+        "mcp_allowed_hosts", "mcp_allowed_origins", "request_state_keys", "stripe_webhook_secret", mode="before"
+    )(_split_csv)
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("PUBLIC_BASE_URL must be an absolute http(s) URL")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_production(self) -> Settings:
+        if self.environment == "development":
+            return self
+        problems: list[str] = []
+        if not self.public_base_url.startswith("https://"):
+            problems.append("PUBLIC_BASE_URL must use https:// outside development")
+        if self.secret_key.get_secret_value() == DEV_SECRET_KEY or len(self.secret_key.get_secret_value()) < 32:
+            problems.append("SECRET_KEY is the development default or shorter than 32 characters")
+        if DEV_WEBHOOK_SECRET in self.stripe_webhook_secret:
+            problems.append("STRIPE_WEBHOOK_SECRET is the development default")
+        if DEV_REQUEST_STATE_KEY in self.request_state_keys:
+            problems.append("REQUEST_STATE_KEYS is the development default")
+        if self.stripe_secret_key.get_secret_value() == SANDBOX_SECRET_KEY:
+            problems.append("STRIPE_SECRET_KEY is the built-in sandbox key")
+        if problems:
+            raise ConfigurationError(
+                "refusing to start with ENVIRONMENT=production: " + "; ".join(problems) + "."
+            )
+        return self
+
+    @property
+    def is_development(self) -> bool:
+        return self.environment == "development"
+
+    @property
+    def uses_stripe_sandbox(self) -> bool:
+        """True when no real Stripe key is configured: the service then serves the built-in sandbox."""
+        return self.stripe_secret_key.get_secret_value() == SANDBOX_SECRET_KEY
+
+    @property
+    def mcp_resource_url(self) -> str:
+        return f"{self.public_base_url}/mcp"
+
+    @cached_property
+    def transport_allowed_hosts(self) -> list[str]:
+        netloc = urlsplit(self.public_base_url).netloc
+        hosts = [netloc, f"127.0.0.1:{self.port}", f"localhost:{self.port}"]
+        return list(dict.fromkeys([*hosts, *self.mcp_allowed_hosts]))
+
+    @cached_property
+    def transport_allowed_origins(self) -> list[str]:
+        parts = urlsplit(self.public_base_url)
+        origins = [f"{parts.scheme}://{parts.netloc}"]
+        return list(dict.fromkeys([*origins, *self.mcp_allowed_origins]))
