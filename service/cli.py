@@ -1,0 +1,133 @@
+"""`python -m service`: serve, migrate, and the operator's account and token commands."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.db.engine import create_engine, create_session_factory
+from service.db.migrations import upgrade_to_head
+from service.identity import service as identity
+from service.settings import ConfigurationError, Settings
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP service (uvicorn)")
+    serve.add_argument("--host", help="bind address (default: HOST setting)")
+    serve.add_argument("--port", type=int, help="port (default: PORT setting)")
+
+    commands.add_parser("migrate", help="upgrade the database to the latest migration")
+
+    users = commands.add_parser("users", help="local accounts").add_subparsers(dest="action", required=True)
+    create_user = users.add_parser("create", help="create a local account")
+    create_user.add_argument("name")
+    create_user.add_argument("--password", required=True)
+
+    tokens = commands.add_parser("tokens", help="personal access tokens").add_subparsers(
+        dest="action", required=True
+    )
+    create_token = tokens.add_parser("create", help="create a token for a user; printed once")
+    create_token.add_argument("name", help="the user's name")
+    create_token.add_argument("--label", help="what the token is for")
+    create_token.add_argument("--expires-in-days", type=int, help="default: never expires")
+    revoke_token = tokens.add_parser("revoke", help="revoke a token by its id (tok_...)")
+    revoke_token.add_argument("token_id")
+    list_tokens = tokens.add_parser("list", help="list a user's tokens (ids, never secrets)")
+    list_tokens.add_argument("name")
+    return parser
+
+
+def _with_session(
+    settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]
+) -> int:
+    async def run() -> int:
+        engine = create_engine(settings.database_url)
+        try:
+            async with create_session_factory(engine)() as session, session.begin():
+                return await work(session)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        proxy_headers=True,
+        log_level=settings.log_level.lower(),
+        timeout_graceful_shutdown=25,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings()
+    except ConfigurationError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+
+    if args.command == "serve":
+        return _serve(settings, args.host, args.port)
+    if args.command == "migrate":
+        upgrade_to_head(settings.database_url)
+        print("database is at the latest migration")
+        return 0
+
+    async def users_create(session: AsyncSession) -> int:
+        user = await identity.create_user(session, args.name, args.password)
+        print(f"created user {user.username} ({user.id})")
+        return 0
+
+    async def tokens_create(session: AsyncSession) -> int:
+        ttl = timedelta(days=args.expires_in_days) if args.expires_in_days else None
+        issued = await identity.create_personal_token(
+            session, args.name, resource=settings.mcp_resource_url, label=args.label, ttl=ttl
+        )
+        print(f"token id: {issued.token.id}", file=sys.stderr)
+        print("the token is shown once; store it now:", file=sys.stderr)
+        print(issued.secret)
+        return 0
+
+    async def tokens_revoke(session: AsyncSession) -> int:
+        if not await identity.revoke_token_by_id(session, args.token_id):
+            print(f"no token with id {args.token_id}", file=sys.stderr)
+            return 1
+        print(f"revoked {args.token_id}")
+        return 0
+
+    async def tokens_list(session: AsyncSession) -> int:
+        for token in await identity.list_tokens(session, args.name):
+            state = "revoked" if token.revoked_at else "active"
+            expires = token.expires_at.isoformat() if token.expires_at else "never"
+            print(f"{token.id}\t{token.kind}\t{state}\texpires={expires}\t{token.label or ''}")
+        return 0
+
+    handlers = {
+        ("users", "create"): users_create,
+        ("tokens", "create"): tokens_create,
+        ("tokens", "revoke"): tokens_revoke,
+        ("tokens", "list"): tokens_list,
+    }
+    try:
+        return _with_session(settings, handlers[(args.command, args.action)])
+    except identity.IdentityError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1

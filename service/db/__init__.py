@@ -1,0 +1,1 @@
+"""Storage: the engine, the session factory and the shared metadata."""

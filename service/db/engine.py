@@ -1,0 +1,62 @@
+"""Engine construction: one URL setting, async drivers chosen per backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+SessionFactory = async_sessionmaker[AsyncSession]
+
+
+def _driver_url(url: str, *, sqlite_driver: str, postgres_driver: str) -> str:
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return parsed.set(drivername=f"sqlite+{sqlite_driver}" if sqlite_driver else "sqlite").render_as_string(
+            hide_password=False
+        )
+    if backend in ("postgresql", "postgres"):
+        return parsed.set(drivername=f"postgresql+{postgres_driver}").render_as_string(hide_password=False)
+    raise ValueError(f"unsupported DATABASE_URL backend {backend!r}: use sqlite:/// or postgresql://")
+
+
+def async_database_url(url: str) -> str:
+    """`DATABASE_URL` as the service's async engine wants it (aiosqlite, psycopg 3)."""
+    return _driver_url(url, sqlite_driver="aiosqlite", postgres_driver="psycopg")
+
+
+def sync_database_url(url: str) -> str:
+    """`DATABASE_URL` for Alembic, which runs migrations synchronously."""
+    return _driver_url(url, sqlite_driver="", postgres_driver="psycopg")
+
+
+def ensure_sqlite_directory(url: str) -> None:
+    """Create the folder of an SQLite file so the embedded default works on a fresh checkout."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.close()
+
+
+def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+    ensure_sqlite_directory(url)
+    engine = create_async_engine(async_database_url(url), echo=echo, pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def create_session_factory(engine: AsyncEngine) -> SessionFactory:
+    return async_sessionmaker(engine, class_=AsyncSession, expire_on_commit=False)

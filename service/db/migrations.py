@@ -1,0 +1,37 @@
+"""Alembic, driven from code: `python -m service migrate`, `make migrate` and `/readyz` use this."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.db.engine import ensure_sqlite_directory, sync_database_url
+
+ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(ALEMBIC_DIR))
+    # ConfigParser interpolation treats % specially; URL-encoded passwords contain it.
+    config.set_main_option("sqlalchemy.url", sync_database_url(database_url).replace("%", "%%"))
+    return config
+
+
+def upgrade_to_head(database_url: str) -> None:
+    ensure_sqlite_directory(database_url)
+    command.upgrade(alembic_config(database_url), "head")
+
+
+def head_revision(database_url: str) -> str | None:
+    return ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as connection:
+        return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

@@ -1,0 +1,1 @@
+"""Liveness and readiness probes."""

@@ -1,0 +1,186 @@
+"""The browser side of identity: the login form, OAuth consent, logout.
+
+A successful login sets the browser session cookie that later proves who opens a payment page,
+then either finishes an OAuth authorization (`authz`) or returns to a local page (`next`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse, Response
+
+from service.dependencies import BrowserUser, RuntimeDep, SessionDep
+from service.identity import service as identity
+from service.identity.oauth_provider import PendingAuthorization
+from service.runtime import Runtime
+from service.web.cookies import SESSION_COOKIE
+
+router = APIRouter(tags=["identity"])
+
+OptionalForm = Annotated[str | None, Form()]
+
+
+def safe_next_path(value: str | None) -> str | None:
+    """Only same-origin absolute paths: an open redirect here would be a phishing tool."""
+    if value and value.startswith("/") and not value.startswith(("//", "/\\")):
+        return value
+    return None
+
+
+def login_path(next_path: str) -> str:
+    return "/login?" + urlencode({"next": next_path})
+
+
+def _login_page(
+    runtime: Runtime,
+    request: Request,
+    *,
+    authz: str | None,
+    pending: PendingAuthorization | None,
+    next_path: str | None,
+    error: str | None = None,
+    username: str | None = None,
+    status_code: int = 200,
+) -> Response:
+    nonce, token = runtime.csrf.issue(request)
+    response = runtime.pages.render(
+        "login.html",
+        status_code=status_code,
+        csrf_token=token,
+        authz=authz,
+        next_path=next_path,
+        client_name=(pending.client_name or pending.client_id) if pending else None,
+        error=error,
+        username=username,
+    )
+    return runtime.csrf.attach(response, nonce)
+
+
+def _expired_authorization(runtime: Runtime) -> Response:
+    return runtime.pages.message(
+        "Sign-in link expired",
+        "This sign-in request is invalid or has expired. Start again from your MCP client.",
+        status_code=400,
+    )
+
+
+@router.get("/login")
+async def login_form(
+    request: Request,
+    runtime: RuntimeDep,
+    user: BrowserUser,
+    authz: str | None = None,
+    next: str | None = None,  # noqa: A002 - the conventional query parameter name
+) -> Response:
+    pending = runtime.oauth.open_pending(authz) if authz else None
+    if authz and pending is None:
+        return _expired_authorization(runtime)
+    next_path = safe_next_path(next)
+    if user is not None and pending is not None:
+        nonce, token = runtime.csrf.issue(request)
+        page = runtime.pages.render(
+            "consent.html",
+            csrf_token=token,
+            authz=authz,
+            username=user.username,
+            client_name=pending.client_name or pending.client_id,
+            switch_user_path="/login?" + urlencode({"authz": authz}),
+        )
+        return runtime.csrf.attach(page, nonce)
+    if user is not None and next_path is not None:
+        return RedirectResponse(next_path, status_code=303)
+    return _login_page(runtime, request, authz=authz, pending=pending, next_path=next_path)
+
+
+@router.post("/login")
+async def login_submit(
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    username: Annotated[str, Form(max_length=150)],
+    password: Annotated[str, Form(max_length=1024)],
+    csrf_token: OptionalForm = None,
+    authz: OptionalForm = None,
+    next: OptionalForm = None,  # noqa: A002
+) -> Response:
+    pending = runtime.oauth.open_pending(authz) if authz else None
+    if authz and pending is None:
+        return _expired_authorization(runtime)
+    next_path = safe_next_path(next)
+    if not runtime.csrf.verify(request, csrf_token):
+        return _login_page(
+            runtime,
+            request,
+            authz=authz,
+            pending=pending,
+            next_path=next_path,
+            error="Your form expired. Please sign in again.",
+            status_code=400,
+        )
+    user = await identity.authenticate(session, username, password)
+    if user is None:
+        return _login_page(
+            runtime,
+            request,
+            authz=authz,
+            pending=pending,
+            next_path=next_path,
+            error="Wrong username or password.",
+            username=username,
+            status_code=401,
+        )
+    ttl = runtime.settings.browser_session_ttl_seconds
+    secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
+    if pending is not None:
+        target = await runtime.oauth.complete_authorization(pending, user)
+    else:
+        target = next_path or "/account"
+    response = RedirectResponse(target, status_code=303)
+    runtime.cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)
+    return response
+
+
+@router.post("/authorize/consent")
+async def consent_submit(
+    request: Request,
+    runtime: RuntimeDep,
+    user: BrowserUser,
+    authz: Annotated[str, Form()],
+    decision: Annotated[str, Form()],
+    csrf_token: OptionalForm = None,
+) -> Response:
+    pending = runtime.oauth.open_pending(authz)
+    if pending is None:
+        return _expired_authorization(runtime)
+    if user is None or not runtime.csrf.verify(request, csrf_token):
+        return RedirectResponse("/login?" + urlencode({"authz": authz}), status_code=303)
+    if decision != "allow":
+        return RedirectResponse(runtime.oauth.denied_redirect(pending), status_code=303)
+    return RedirectResponse(await runtime.oauth.complete_authorization(pending, user), status_code=303)
+
+
+@router.post("/logout")
+async def logout(
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    csrf_token: OptionalForm = None,
+    next: OptionalForm = None,  # noqa: A002
+) -> Response:
+    if not runtime.csrf.verify(request, csrf_token):
+        return runtime.pages.message("Sign out failed", "Your form expired. Reload and try again.", status_code=400)
+    await identity.end_browser_session(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
+    response = RedirectResponse(safe_next_path(next) or "/login", status_code=303)
+    runtime.cookies.clear(response, SESSION_COOKIE)
+    return response
+
+
+@router.get("/account")
+async def account(runtime: RuntimeDep, user: BrowserUser) -> Response:
+    if user is None:
+        return RedirectResponse(login_path("/account"), status_code=303)
+    return runtime.pages.message("Signed in", f"You are signed in as {user.username}.")

@@ -1,0 +1,169 @@
+"""Account, token and browser-session operations. Callers own the transaction."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import update
+from sqlmodel import select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.db.metadata import utcnow
+from service.identity.models import BrowserSession, Token, User
+from service.identity.passwords import hash_password, verify_password
+from service.identity.secrets import digest, new_id, new_secret
+
+PERSONAL_TOKEN_CLIENT_ID = "personal-access-token"
+USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,149}$")
+
+
+class IdentityError(Exception):
+    """A user-facing refusal: the message is safe to show."""
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: Token
+    secret: str
+
+
+async def create_user(session: AsyncSession, username: str, password: str) -> User:
+    if not USERNAME_PATTERN.match(username):
+        raise IdentityError("usernames are 1-150 letters, digits or . _ @ -, starting with a letter or digit")
+    if len(password) < 8:
+        raise IdentityError("passwords need at least 8 characters")
+    if await get_user_by_username(session, username) is not None:
+        raise IdentityError(f"user {username!r} already exists")
+    user = User(id=new_id("usr"), username=username, password_hash=hash_password(password))
+    session.add(user)
+    await session.flush()
+    return user
+
+
+async def get_user_by_username(session: AsyncSession, username: str) -> User | None:
+    result = await session.exec(select(User).where(User.username == username))
+    return result.first()
+
+
+async def authenticate(session: AsyncSession, username: str, password: str) -> User | None:
+    user = await get_user_by_username(session, username)
+    if not verify_password(user.password_hash if user else None, password):
+        return None
+    return user
+
+
+async def issue_token(
+    session: AsyncSession,
+    *,
+    kind: str,
+    user_id: str,
+    client_id: str,
+    grant_id: str,
+    scopes: list[str],
+    resource: str | None,
+    ttl: timedelta | None,
+    label: str | None = None,
+) -> IssuedToken:
+    prefix = {"access": "mcp_at", "refresh": "mcp_rt", "personal": "mcp_pat"}[kind]
+    secret = new_secret(prefix)
+    token = Token(
+        id=new_id("tok"),
+        token_hash=digest(secret),
+        kind=kind,
+        grant_id=grant_id,
+        client_id=client_id,
+        user_id=user_id,
+        scopes=" ".join(scopes),
+        resource=resource,
+        label=label,
+        expires_at=utcnow() + ttl if ttl else None,
+    )
+    session.add(token)
+    await session.flush()
+    return IssuedToken(token=token, secret=secret)
+
+
+async def create_personal_token(
+    session: AsyncSession, username: str, *, resource: str, label: str | None, ttl: timedelta | None
+) -> IssuedToken:
+    user = await get_user_by_username(session, username)
+    if user is None:
+        raise IdentityError(f"no user named {username!r}")
+    return await issue_token(
+        session,
+        kind="personal",
+        user_id=user.id,
+        client_id=PERSONAL_TOKEN_CLIENT_ID,
+        grant_id=new_id("grt"),
+        scopes=[],
+        resource=resource,
+        ttl=ttl,
+        label=label,
+    )
+
+
+async def find_live_token(session: AsyncSession, secret: str, kinds: tuple[str, ...]) -> Token | None:
+    """The unrevoked, unexpired token with this secret, if it is one of `kinds`."""
+    result = await session.exec(select(Token).where(Token.token_hash == digest(secret)))
+    token = result.first()
+    if token is None or token.kind not in kinds or token.revoked_at is not None:
+        return None
+    if token.expires_at is not None and token.expires_at <= utcnow():
+        return None
+    return token
+
+
+async def revoke_grant(session: AsyncSession, grant_id: str) -> int:
+    statement = (
+        update(Token)
+        .where(Token.grant_id == grant_id, Token.revoked_at.is_(None))  # type: ignore[union-attr]
+        .values(revoked_at=utcnow())
+    )
+    result = await session.exec(statement)
+    return int(result.rowcount)
+
+
+async def revoke_token_by_id(session: AsyncSession, token_id: str) -> bool:
+    token = await session.get(Token, token_id)
+    if token is None:
+        return False
+    return await revoke_grant(session, token.grant_id) > 0 or token.revoked_at is not None
+
+
+async def list_tokens(session: AsyncSession, username: str) -> list[Token]:
+    user = await get_user_by_username(session, username)
+    if user is None:
+        raise IdentityError(f"no user named {username!r}")
+    result = await session.exec(select(Token).where(Token.user_id == user.id).order_by(Token.created_at))
+    return list(result.all())
+
+
+async def start_browser_session(session: AsyncSession, user: User, ttl: timedelta) -> str:
+    secret = new_secret("bs")
+    session.add(BrowserSession(id_hash=digest(secret), user_id=user.id, expires_at=utcnow() + ttl))
+    await session.flush()
+    return secret
+
+
+async def browser_session_user(session: AsyncSession, secret: str | None) -> User | None:
+    if not secret:
+        return None
+    row = await session.get(BrowserSession, digest(secret))
+    if row is None or row.expires_at <= utcnow():
+        return None
+    return await session.get(User, row.user_id)
+
+
+async def end_browser_session(session: AsyncSession, secret: str | None) -> None:
+    if secret:
+        row = await session.get(BrowserSession, digest(secret))
+        if row is not None:
+            await session.delete(row)
+
+
+def expires_in_seconds(expires_at: datetime | None) -> int | None:
+    if expires_at is None:
+        return None
+    return max(0, int((expires_at - utcnow()).total_seconds()))

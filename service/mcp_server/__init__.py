@@ -1,0 +1,1 @@
+"""The MCP side: the `MCPServer`, its tools, and how a tool learns who is calling."""

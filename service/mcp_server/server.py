@@ -1,0 +1,51 @@
+"""Builds the `MCPServer` and its Streamable HTTP app for one runtime."""
+
+from __future__ import annotations
+
+from mcp.server import MCPServer
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.server.request_state import RequestStateSecurity
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+
+from service.db.engine import SessionFactory
+from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.mcp_server.free_tools import register_free_tools
+from service.settings import Settings
+
+
+def build_mcp_server(settings: Settings, oauth: DatabaseOAuthProvider, sessions: SessionFactory) -> MCPServer:
+    server: MCPServer = MCPServer(
+        settings.mcp_server_name,
+        instructions="Free and paid tools. Paid tools send you to a payment page when you have no subscription.",
+        auth_server_provider=oauth,
+        auth=AuthSettings.model_validate(
+            {
+                # Strings, not AnyHttpUrl: the SDK keeps a path-less issuer without a trailing slash.
+                "issuer_url": settings.public_base_url,
+                "resource_server_url": settings.mcp_resource_url,
+                "validate_token_resource": True,
+                "client_registration_options": ClientRegistrationOptions(enabled=True),
+                "revocation_options": RevocationOptions(enabled=True),
+            }
+        ),
+        # Shared keys and a fixed audience let any replica open state another replica sealed.
+        request_state_security=RequestStateSecurity(
+            keys=settings.request_state_keys, audience=settings.mcp_server_name
+        ),
+        log_level=settings.log_level,
+    )
+    register_free_tools(server, sessions)
+    return server
+
+
+def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
+    return server.streamable_http_app(
+        streamable_http_path="/mcp",
+        transport_security=TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=settings.transport_allowed_hosts,
+            allowed_origins=settings.transport_allowed_origins,
+        ),
+        host=settings.host,
+    )

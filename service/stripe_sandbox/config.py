@@ -1,0 +1,56 @@
+"""Sandbox configuration.
+
+Kept as one frozen dataclass so the service can build it from its own settings and tests can build one
+per test; every knob that only exists to make tests fast (retry backoff, timeouts) has a default that
+is still short enough for `make run`, because nobody wants to wait an hour for Stripe-like retry
+schedules on a laptop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+API_VERSION = "2026-10-28.endive"
+"""The API version stripe-python 16.1 pins (`stripe._api_version._ApiVersion.CURRENT`).
+
+Objects are shaped for this version; a test guards that it still matches the installed stripe-python.
+"""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Everything that differs between one sandbox instance and another."""
+
+    api_key: str = "sk_test_sandbox"
+    public_base_url: str = "http://127.0.0.1:8000/stripe-sandbox"
+    webhook_endpoints: Sequence[tuple[str, str]] = ()
+    persist_path: Path | None = None
+    adversarial: bool = False
+
+    # Webhook delivery. Stripe retries for days with exponential backoff; the shape is the same
+    # here, the unit is seconds instead of hours.
+    webhook_timeout: float = 10.0
+    webhook_retry_base: float = 0.25
+    webhook_retry_max_delay: float = 30.0
+    webhook_max_attempts: int = 8
+
+    # Adversarial delivery: every event still arrives at least once, but possibly late, out of
+    # order, and more than once, which is what Stripe documents may happen.
+    adversarial_seed: int | None = None
+    adversarial_max_delay: float = 0.3
+    adversarial_duplicate_rate: float = 0.5
+
+    # Failed renewal payments: retry after these many days (Stripe's Smart Retries default to a
+    # handful of attempts over a couple of weeks); after the last failure the subscription gets
+    # `final_failure_status`, mirroring the Dashboard setting "if all retries fail".
+    renewal_retry_days: tuple[int, ...] = (3, 5, 7)
+    final_failure_status: Literal["canceled", "unpaid"] = "canceled"
+
+    # Checkout sessions expire after 24 hours by default, like Stripe's.
+    checkout_session_ttl: int = 24 * 3600
+
+    extra_allowed_keys: tuple[str, ...] = field(default=())
+    """Further secret keys accepted besides `api_key` (e.g. a restricted key in tests)."""

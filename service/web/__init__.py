@@ -1,0 +1,1 @@
+"""Browser-facing plumbing shared by every page: templates, cookies, CSRF, security headers."""
