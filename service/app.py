@@ -22,6 +22,7 @@ from service.runtime import Runtime
 from service.settings import Settings
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
+from service.web.database_unavailable import DatabaseUnavailableMiddleware
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 
@@ -69,6 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 )
                 mcp = build_mcp_server(settings, oauth, sessions)
                 mcp_app = build_mcp_app(mcp, settings)
+                # Inside the MCP app's own error middleware, which would otherwise answer 500 first.
+                mcp_app.add_middleware(DatabaseUnavailableMiddleware)
                 app.state.runtime = Runtime(
                     settings=settings,
                     engine=engine,
@@ -97,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url="/openapi.json" if settings.is_development else None,
     )
+    app.add_middleware(DatabaseUnavailableMiddleware)
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     app.include_router(health_router)
     app.include_router(identity_router)

@@ -1,0 +1,84 @@
+"""A running service under test, and the real objects tests need from it (users, tokens)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from service.app import create_app
+from service.db.engine import create_engine, create_session_factory
+from service.identity import service as identity
+from service.identity.models import User
+from service.settings import Settings
+from tests.support.servers import bound_socket, port_of, serve
+
+DEFAULT_PASSWORD = "correct horse battery"
+
+
+def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "public_base_url": f"http://127.0.0.1:{port}",
+        "port": port,
+        "log_level": "WARNING",
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+@dataclass
+class RunningService:
+    base_url: str
+    settings: Settings
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    @asynccontextmanager
+    async def _session(self) -> AsyncIterator[Any]:
+        engine = create_engine(self.settings.database_url)
+        try:
+            async with create_session_factory(engine)() as session, session.begin():
+                yield session
+        finally:
+            await engine.dispose()
+
+    async def add_user(self, username: str, password: str = DEFAULT_PASSWORD) -> User:
+        async with self._session() as session:
+            return await identity.create_user(session, username, password)
+
+    async def personal_token(
+        self, username: str, *, resource: str | None = None, ttl: timedelta | None = None
+    ) -> identity.IssuedToken:
+        async with self._session() as session:
+            return await identity.create_personal_token(
+                session, username, resource=resource or self.settings.mcp_resource_url, label="test", ttl=ttl
+            )
+
+    async def revoke(self, token_id: str) -> bool:
+        async with self._session() as session:
+            return await identity.revoke_token_by_id(session, token_id)
+
+    def http(self, **kwargs: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.base_url, timeout=10.0, **kwargs)
+
+    def mcp_client(self, token: str, **kwargs: Any) -> Client:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
+        return Client(streamable_http_client(self.mcp_url, http_client=http), **kwargs)
+
+
+@asynccontextmanager
+async def run_service(database_url: str, **overrides: Any) -> AsyncIterator[RunningService]:
+    sock = bound_socket()
+    settings = make_settings(database_url, port_of(sock), **overrides)
+    async with serve(create_app(settings), sock) as base_url:
+        yield RunningService(base_url=base_url, settings=settings)

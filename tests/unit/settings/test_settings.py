@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service.settings import DEV_WEBHOOK_SECRET, ConfigurationError, Settings
+
+SAFE_PRODUCTION: dict[str, Any] = {
+    "environment": "production",
+    "public_base_url": "https://mcp.example.com",
+    "secret_key": "s" * 40,
+    "stripe_secret_key": "sk_test_realish",
+    "stripe_webhook_secret": "whsec_a,whsec_b",
+    "request_state_keys": "a-production-request-state-key-of-32-bytes",
+}
+
+
+def settings(**values: Any) -> Settings:
+    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+
+
+def test_development_defaults_are_accepted() -> None:
+    config = settings()
+    assert config.is_development
+    assert config.uses_stripe_sandbox
+    assert config.port == 8000
+    assert config.database_url.startswith("sqlite:///")
+
+
+def test_production_with_real_secrets_starts() -> None:
+    config = settings(**SAFE_PRODUCTION)
+    assert config.stripe_webhook_secret == ["whsec_a", "whsec_b"]
+    assert config.mcp_resource_url == "https://mcp.example.com/mcp"
+    assert not config.uses_stripe_sandbox
+
+
+@pytest.mark.parametrize(
+    ("override", "complaint"),
+    [
+        ({"public_base_url": "http://mcp.example.com"}, "PUBLIC_BASE_URL must use https://"),
+        ({"secret_key": "dev-only-secret-key-change-me"}, "SECRET_KEY"),
+        ({"secret_key": "short"}, "SECRET_KEY"),
+        ({"stripe_webhook_secret": DEV_WEBHOOK_SECRET}, "STRIPE_WEBHOOK_SECRET"),
+        ({"request_state_keys": "ZGV2LW9ubHktcmVxdWVzdC1zdGF0ZS1rZXktMzJieXQ="}, "REQUEST_STATE_KEYS"),
+        ({"stripe_secret_key": "sk_test_sandbox"}, "STRIPE_SECRET_KEY"),
+    ],
+)
+def test_production_refuses_unsafe_values(override: dict[str, str], complaint: str) -> None:
+    with pytest.raises(ConfigurationError, match=complaint):
+        settings(**{**SAFE_PRODUCTION, **override})
+
+
+def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORT", "9123")
+    monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_new, whsec_old")
+    monkeypatch.setenv("PUBLIC_BASE_URL", "http://localhost:9123/")
+    config = settings()
+    assert config.port == 9123
+    assert config.stripe_webhook_secret == ["whsec_new", "whsec_old"]
+    assert config.public_base_url == "http://localhost:9123"
+
+
+def test_cli_refuses_to_start_in_production_with_defaults(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    from service.cli import main
+
+    monkeypatch.setenv("ENVIRONMENT", "production")
+    monkeypatch.chdir("/")
+    assert main(["migrate"]) == 2
+    assert "refusing to start with ENVIRONMENT=production" in capsys.readouterr().err
