@@ -96,7 +96,7 @@ class Params:
     def raw(self, key: str) -> Any:
         return self.tree.get(key)
 
-    def str(self, key: str, *, required: bool = False, allow_empty: bool = False) -> str | None:
+    def string(self, key: str, *, required: bool = False, allow_empty: bool = False) -> str | None:
         value = self.tree.get(key)
         if value is None:
             if required:
@@ -118,12 +118,12 @@ class Params:
         return value
 
     def req_str(self, key: str) -> str:
-        value = self.str(key, required=True)
+        value = self.string(key, required=True)
         assert value is not None
         return value
 
-    def int(self, key: str, *, required: bool = False) -> int | None:
-        value = self.str(key, required=required)
+    def integer(self, key: str, *, required: bool = False) -> int | None:
+        value = self.string(key, required=required)
         if value is None:
             return None
         try:
@@ -133,8 +133,8 @@ class Params:
                 400, f"Invalid integer: {value}", code="parameter_invalid_integer", param=self.param(key)
             ) from None
 
-    def bool(self, key: str) -> bool | None:
-        value = self.str(key)
+    def boolean(self, key: str) -> bool | None:
+        value = self.string(key)
         if value is None:
             return None
         if value in ("true", "false"):
@@ -142,7 +142,7 @@ class Params:
         raise StripeError(400, f"Invalid boolean: {value}", param=self.param(key))
 
     def enum(self, key: str, choices: Iterable[str], *, required: bool = False) -> str | None:
-        value = self.str(key, required=required)
+        value = self.string(key, required=required)
         options = list(choices)
         if value is not None and value not in options:
             raise StripeError(
@@ -160,7 +160,7 @@ class Params:
             raise invalid_request(f"Invalid hash: {self.param(key)}", param=self.param(key))
         return Params(value, self.param(key))
 
-    def list(self, key: str) -> list[Any] | None:
+    def array(self, key: str) -> list[Any] | None:
         """An array parameter: `k[0]=a&k[1]=b` or `k[]=a&k[]=b` (the same once parsed)."""
         value = self.tree.get(key)
         if value is None:
@@ -174,7 +174,7 @@ class Params:
         return [value[k] for k in sorted(value, key=int)]
 
     def str_list(self, key: str) -> list[str] | None:
-        items = self.list(key)
+        items = self.array(key)
         if items is None:
             return None
         for index, item in enumerate(items):
@@ -185,7 +185,7 @@ class Params:
         return [str(item) for item in items]
 
     def sub_list(self, key: str) -> list[Params] | None:
-        items = self.list(key)
+        items = self.array(key)
         if items is None:
             return None
         result = []
@@ -227,7 +227,9 @@ class Params:
         return result
 
 
-def merge_metadata(current: dict[str, str], update: dict[str, str] | None, *, whole_cleared: bool) -> dict[str, str]:
+def merge_metadata(
+    current: dict[str, str], update: dict[str, str] | None, *, whole_cleared: bool
+) -> dict[str, str]:
     """Stripe's update semantics: keys merge, an empty value deletes a key, `metadata=` clears all."""
     if update is None:
         return dict(current)

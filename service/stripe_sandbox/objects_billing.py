@@ -99,7 +99,7 @@ def invoice_line(*, id_: str, invoice_id: str, item: Obj, sub_id: str, start: in
         "object": "line_item",
         "amount": amount,
         "currency": p["currency"],
-        "description": f"{item['quantity']} × {p.get('nickname') or p['product']}",
+        "description": f"{item['quantity']} x {p.get('nickname') or p['product']}",
         "discount_amounts": [],
         "discountable": True,
         "discounts": [],
@@ -207,7 +207,11 @@ def invoice(
             "subscription_details": {"metadata": dict(sub["metadata"]), "subscription": sub["id"]},
             "type": "subscription_details",
         },
-        "payment_settings": {"default_mandate": None, "payment_method_options": None, "payment_method_types": None},
+        "payment_settings": {
+            "default_mandate": None,
+            "payment_method_options": None,
+            "payment_method_types": None,
+        },
         "period_end": period_end,
         "period_start": period_start,
         "post_payment_credit_notes_amount": 0,
@@ -267,7 +271,9 @@ def card_details(card: Obj) -> Obj:
     }
 
 
-def payment_method(*, id_: str, now: int, card: Obj, customer_id: str | None, email: str | None, name: str | None) -> Obj:
+def payment_method(
+    *, id_: str, now: int, card: Obj, customer_id: str | None, email: str | None, name: str | None
+) -> Obj:
     details = card_details(card)
     details.update(
         {
@@ -385,8 +391,8 @@ def charge(
         "description": description,
         "disputed": False,
         "failure_balance_transaction": None,
-        "failure_code": None if ok else failure[0],
-        "failure_message": None if ok else failure[2],
+        "failure_code": failure[0] if failure else None,
+        "failure_message": failure[2] if failure else None,
         "fraud_details": {},
         "livemode": False,
         "metadata": {},
@@ -396,7 +402,7 @@ def charge(
             "network_advice_code": None,
             "network_decline_code": None,
             "network_status": "approved_by_network" if ok else "declined_by_network",
-            "reason": None if ok else failure[1],
+            "reason": failure[1] if failure else None,
             "risk_level": "normal",
             "seller_message": "Payment complete." if ok else "The bank did not return any further details.",
             "type": "authorized" if ok else "issuer_declined",
@@ -447,14 +453,34 @@ def refund(*, id_: str, now: int, ch: Obj, amount: int, reason: str | None, meta
 
 def dispute(*, id_: str, now: int, ch: Obj, reason: str, amount: int) -> Obj:
     evidence_keys = [
-        "access_activity_log", "billing_address", "cancellation_policy", "cancellation_policy_disclosure",
-        "cancellation_rebuttal", "customer_communication", "customer_email_address", "customer_name",
-        "customer_purchase_ip", "customer_signature", "duplicate_charge_documentation",
-        "duplicate_charge_explanation", "duplicate_charge_id", "product_description", "receipt",
-        "refund_policy", "refund_policy_disclosure", "refund_refusal_explanation", "service_date",
-        "service_documentation", "shipping_address", "shipping_carrier", "shipping_date",
-        "shipping_documentation", "shipping_tracking_number", "uncategorized_file", "uncategorized_text",
-    ]  # fmt: skip
+        "access_activity_log",
+        "billing_address",
+        "cancellation_policy",
+        "cancellation_policy_disclosure",
+        "cancellation_rebuttal",
+        "customer_communication",
+        "customer_email_address",
+        "customer_name",
+        "customer_purchase_ip",
+        "customer_signature",
+        "duplicate_charge_documentation",
+        "duplicate_charge_explanation",
+        "duplicate_charge_id",
+        "product_description",
+        "receipt",
+        "refund_policy",
+        "refund_policy_disclosure",
+        "refund_refusal_explanation",
+        "service_date",
+        "service_documentation",
+        "shipping_address",
+        "shipping_carrier",
+        "shipping_date",
+        "shipping_documentation",
+        "shipping_tracking_number",
+        "uncategorized_file",
+        "uncategorized_text",
+    ]
     evidence: dict[str, Any] = dict.fromkeys(evidence_keys)
     evidence["enhanced_evidence"] = {}
     return {

@@ -1,0 +1,241 @@
+"""The request pipeline every `/v1` route shares: auth, parameters, idempotency, expansion, errors.
+
+Order matters and follows Stripe: authentication first (so a bad key never reveals whether a path
+exists), then idempotency replay, then the handler. Handlers are synchronous over in-memory state,
+so a request's changes and the events it emits are applied atomically with respect to other
+requests on the event loop.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .config import API_VERSION
+from .errors import (
+    StripeError,
+    idempotency_mismatch,
+    invalid_api_key,
+    invalid_request,
+    missing_api_key,
+    resource_missing,
+)
+from .forms import Params, parse_body, parse_query
+from .ids import new_id
+from .objects import list_envelope
+from .params_allowed import ALLOWED
+from .sandbox import REQUEST_CONTEXT, Sandbox
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Call:
+    sb: Sandbox
+    params: Params
+    path: dict[str, str]
+    method: str
+    route_path: str
+
+    def allow(self, endpoint: str) -> None:
+        self.params.reject_unknown(ALLOWED[endpoint])
+
+
+Handler = Callable[[Call], Obj]
+
+
+@dataclass
+class _Cached:
+    fingerprint: str
+    status: int
+    body: bytes
+
+
+def _json(status: int, body: Obj, headers: dict[str, str]) -> Response:
+    return Response(
+        json.dumps(body, indent=2), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def _api_key(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer":
+        return value.strip()
+    if scheme.lower() == "basic":  # curl -u sk_test_...: ; Stripe accepts the key as the username
+        try:
+            return base64.b64decode(value).decode().partition(":")[0]
+        except ValueError:
+            return ""
+    return ""
+
+
+def _route_path(request: Request) -> str:
+    root = request.scope.get("root_path", "")
+    path: str = request.scope["path"]
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+async def handle(request: Request, handler: Handler) -> Response:
+    sb: Sandbox = request.app.state.sandbox
+    request_id = new_id("req")
+    headers = {"Request-Id": request_id, "Stripe-Version": API_VERSION}
+    key: str | None = None
+    idempotency_key: str | None = None
+    cache: dict[tuple[str, str], _Cached] = request.app.state.idempotency
+    fingerprint = ""
+    try:
+        key = _api_key(request)
+        if key is None:
+            raise missing_api_key()
+        if key != sb.config.api_key and key not in sb.config.extra_allowed_keys:
+            raise invalid_api_key(key)
+        body = await request.body()
+        method = request.method.lower()
+        idempotency_key = request.headers.get("idempotency-key") if method == "post" else None
+        fingerprint = hashlib.sha256(
+            b"\0".join([method.encode(), _route_path(request).encode(), body])
+        ).hexdigest()
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+            cached = cache.get((key, idempotency_key))
+            if cached is not None:
+                if cached.fingerprint != fingerprint:
+                    raise idempotency_mismatch(idempotency_key)
+                headers["Idempotent-Replayed"] = "true"
+                return Response(
+                    cached.body, status_code=cached.status, media_type="application/json", headers=headers
+                )
+        tree = parse_body(body) if method == "post" else parse_query(request.url.query)
+        params = Params(tree)
+        token = REQUEST_CONTEXT.set((request_id, idempotency_key))
+        try:
+            from .billing import advance_to
+
+            advance_to(sb, sb.now())  # catch up on what fell due in wall-clock time
+            call = Call(sb, params, dict(request.path_params), method, _route_path(request))
+            result = handler(call)
+            result = expand(sb, copy.deepcopy(result), params.expand())
+        finally:
+            REQUEST_CONTEXT.reset(token)
+        status = 200
+        payload = json.dumps(result, indent=2).encode()
+        if method != "get":
+            sb.save()
+    except StripeError as error:
+        status = error.status
+        payload = json.dumps(error.body(), indent=2).encode()
+        if error.status == 401 or error.type == "idempotency_error":
+            return Response(payload, status_code=status, media_type="application/json", headers=headers)
+    if idempotency_key and key is not None:
+        cache[(key, idempotency_key)] = _Cached(fingerprint, status, payload)
+    return Response(payload, status_code=status, media_type="application/json", headers=headers)
+
+
+# Lists ---------------------------------------------------------------------------------------
+
+
+def created_filter(params: Params, items: list[Obj], key: str = "created") -> list[Obj]:
+    sub = params.sub(key)
+    if sub is None:
+        exact = params.integer(key) if params.has(key) else None
+        return items if exact is None else [i for i in items if i[key] == exact]
+    bounds = {op: sub.integer(op) for op in ("gt", "gte", "lt", "lte")}
+    result = items
+    if bounds["gt"] is not None:
+        result = [i for i in result if i[key] > bounds["gt"]]
+    if bounds["gte"] is not None:
+        result = [i for i in result if i[key] >= bounds["gte"]]
+    if bounds["lt"] is not None:
+        result = [i for i in result if i[key] < bounds["lt"]]
+    if bounds["lte"] is not None:
+        result = [i for i in result if i[key] <= bounds["lte"]]
+    return result
+
+
+def paginate(params: Params, items: list[Obj], url: str, kind: str) -> Obj:
+    """Stripe cursor pagination over `items`, which must already be newest first."""
+    limit = params.integer("limit")
+    if limit is None:
+        limit = 10
+    if limit < 1 or limit > 100:
+        raise invalid_request(
+            f"This value must be {'greater' if limit < 1 else 'less'} than or equal to "
+            f"{1 if limit < 1 else 100} (it currently is '{limit}').",
+            param="limit",
+        )
+    starting_after = params.string("starting_after")
+    ending_before = params.string("ending_before")
+    ids = [i["id"] for i in items]
+    if starting_after is not None:
+        if starting_after not in ids:
+            raise resource_missing(kind, starting_after, param="starting_after")
+        rest = items[ids.index(starting_after) + 1 :]
+        page, has_more = rest[:limit], len(rest) > limit
+    elif ending_before is not None:
+        if ending_before not in ids:
+            raise resource_missing(kind, ending_before, param="ending_before")
+        rest = items[: ids.index(ending_before)]
+        page, has_more = rest[-limit:], len(rest) > limit
+    else:
+        page, has_more = items[:limit], len(items) > limit
+    return list_envelope(page, url, has_more=has_more)
+
+
+# Expansion -----------------------------------------------------------------------------------
+
+# Fields that are absent unless expanded ("includable" in Stripe's docs).
+_INCLUDABLE: dict[tuple[str, str], Callable[[Sandbox, Obj], Obj]] = {}
+
+
+def includable(
+    object_type: str, field: str
+) -> Callable[[Callable[[Sandbox, Obj], Obj]], Callable[[Sandbox, Obj], Obj]]:
+    def register(fn: Callable[[Sandbox, Obj], Obj]) -> Callable[[Sandbox, Obj], Obj]:
+        _INCLUDABLE[(object_type, field)] = fn
+        return fn
+
+    return register
+
+
+def expand(sb: Sandbox, obj: Obj, paths: list[str]) -> Obj:
+    for path in paths:
+        parts = path.split(".")
+        if len(parts) > 4:
+            raise invalid_request(
+                f"You cannot expand more than 4 levels of a property. Property: {path}", param="expand"
+            )
+        _expand(sb, obj, parts, path)
+    return obj
+
+
+def _expand(sb: Sandbox, node: Any, parts: list[str], full: str) -> None:
+    if isinstance(node, list):
+        for element in node:
+            _expand(sb, element, parts, full)
+        return
+    if not isinstance(node, dict) or not parts:
+        return
+    key, rest = parts[0], parts[1:]
+    includer = _INCLUDABLE.get((str(node.get("object")), key))
+    if key not in node and includer is not None:
+        node[key] = includer(sb, node)
+    elif key not in node:
+        raise invalid_request(f"This property cannot be expanded ({key}).", param="expand")
+    value = node[key]
+    if isinstance(value, str):
+        found = sb.store.find(value)
+        if found is None:
+            raise invalid_request(f"This property cannot be expanded ({key}).", param="expand")
+        node[key] = value = copy.deepcopy(found)
+    _expand(sb, value, rest, full)

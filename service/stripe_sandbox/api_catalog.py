@@ -1,0 +1,342 @@
+"""Products, prices and customers."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+
+from . import billing, objects
+from .api import Call, Obj, created_filter, paginate
+from .errors import StripeError, invalid_request, parameter_missing, resource_missing
+from .forms import Params, merge_metadata
+from .ids import new_id
+from .sandbox import Sandbox
+
+_CURRENCY = re.compile(r"^[a-z]{3}$")
+
+
+def _metadata_update(params: Params, current: dict[str, str]) -> dict[str, str]:
+    return merge_metadata(current, params.metadata(), whole_cleared=params.raw("metadata") == "")
+
+
+# Products --------------------------------------------------------------------------------------
+
+
+def create_product(call: Call) -> Obj:
+    call.allow("product.create")
+    p, sb = call.params, call.sb
+    product_id = p.string("id") or new_id("prod")
+    if sb.store.get("product", product_id) is not None:
+        raise invalid_request("Product already exists.", param="id", code="resource_already_exists")
+    product = objects.product(
+        id_=product_id,
+        now=sb.now(),
+        name=p.req_str("name"),
+        active=p.boolean("active") is not False,
+        description=p.string("description"),
+        metadata=p.metadata() or {},
+    )
+    sb.store.put(product)
+    sb.emit("product.created", product)
+    default_price = p.sub("default_price_data")
+    if default_price is not None:
+        default_price.tree["product"] = product_id
+        price = price_from_params(sb, default_price, inline=False)
+        before = sb.snapshot(product)
+        product["default_price"] = price["id"]
+        sb.emit_updated("product.updated", before, product)
+    return product
+
+
+def retrieve_product(call: Call) -> Obj:
+    return call.sb.get("product", call.path["id"])
+
+
+def update_product(call: Call) -> Obj:
+    call.allow("product.update")
+    p, sb = call.params, call.sb
+    product = sb.get("product", call.path["id"])
+    before = sb.snapshot(product)
+    if p.has("name"):
+        product["name"] = p.req_str("name")
+    if p.has("active"):
+        product["active"] = p.boolean("active")
+    if p.has("description"):
+        product["description"] = p.string("description", allow_empty=True) or None
+    if p.has("default_price"):
+        price_id = p.string("default_price", allow_empty=True) or None
+        if price_id is not None and sb.store.get("price", price_id) is None:
+            raise resource_missing("price", price_id, param="default_price")
+        product["default_price"] = price_id
+    product["metadata"] = _metadata_update(p, product["metadata"])
+    if product != before:
+        product["updated"] = sb.now()
+    sb.emit_updated("product.updated", before, product)
+    return product
+
+
+def list_products(call: Call) -> Obj:
+    call.allow("product.list")
+    p = call.params
+    items = call.sb.store.newest_first("product")
+    active = p.boolean("active")
+    if active is not None:
+        items = [i for i in items if i["active"] == active]
+    ids = p.str_list("ids")
+    if ids is not None:
+        items = [i for i in items if i["id"] in ids]
+    return paginate(p, created_filter(p, items), call.route_path, "product")
+
+
+# Prices ----------------------------------------------------------------------------------------
+
+
+def price_from_params(sb: Sandbox, p: Params, *, inline: bool) -> Obj:
+    """Create a price from `prices.create` params, or from `price_data` (inline, inactive)."""
+    currency = p.req_str("currency").lower()
+    if not _CURRENCY.match(currency):
+        raise invalid_request(f"Invalid currency: {currency}.", param=p.param("currency"))
+    unit_amount = p.integer("unit_amount")
+    if unit_amount is None:
+        raise parameter_missing(p.param("unit_amount"))
+    if unit_amount < 0:
+        raise invalid_request("Invalid non-negative integer", param=p.param("unit_amount"))
+    product_id = p.string("product")
+    product_data = p.sub("product_data")
+    if product_id is None and product_data is None:
+        raise parameter_missing(p.param("product"))
+    if product_id is not None:
+        if sb.store.get("product", product_id) is None:
+            raise resource_missing("product", product_id, param=p.param("product"))
+    else:
+        assert product_data is not None
+        product = objects.product(
+            id_=new_id("prod"),
+            now=sb.now(),
+            name=product_data.req_str("name"),
+            active=True,
+            description=product_data.string("description"),
+            metadata=product_data.metadata() or {},
+        )
+        sb.store.put(product)
+        sb.emit("product.created", product)
+        product_id = product["id"]
+    recurring = None
+    rec = p.sub("recurring")
+    if rec is not None:
+        interval = rec.enum("interval", ("day", "week", "month", "year"), required=True)
+        count = rec.integer("interval_count") or 1
+        if count < 1 or (interval == "year" and count > 3) or (interval == "month" and count > 36):
+            raise invalid_request("Invalid interval_count.", param=rec.param("interval_count"))
+        recurring = objects.recurring(str(interval), count)
+    lookup_key = None if inline else p.string("lookup_key")
+    if lookup_key is not None:
+        holder = next((x for x in sb.store.objects["price"].values() if x["lookup_key"] == lookup_key), None)
+        if holder is not None:
+            if p.boolean("transfer_lookup_key") is not True:
+                raise invalid_request(
+                    f"A price (`{holder['id']}`) already uses that lookup key.",
+                    param=p.param("lookup_key"),
+                )
+            before = sb.snapshot(holder)
+            holder["lookup_key"] = None
+            sb.emit_updated("price.updated", before, holder)
+    price = objects.price(
+        id_=new_id("price"),
+        now=sb.now(),
+        product_id=product_id,
+        currency=currency,
+        unit_amount=unit_amount,
+        recurring=recurring,
+        lookup_key=lookup_key,
+        nickname=None if inline else p.string("nickname"),
+        active=not inline and p.boolean("active") is not False,
+        metadata={} if inline else (p.metadata() or {}),
+    )
+    sb.store.put(price)
+    sb.emit("price.created", price)
+    return price
+
+
+def create_price(call: Call) -> Obj:
+    call.allow("price.create")
+    return price_from_params(call.sb, call.params, inline=False)
+
+
+def retrieve_price(call: Call) -> Obj:
+    return call.sb.get("price", call.path["id"])
+
+
+def update_price(call: Call) -> Obj:
+    call.allow("price.update")
+    p, sb = call.params, call.sb
+    price = sb.get("price", call.path["id"])
+    before = sb.snapshot(price)
+    if p.has("active"):
+        price["active"] = p.boolean("active")
+    if p.has("nickname"):
+        price["nickname"] = p.string("nickname", allow_empty=True) or None
+    if p.has("lookup_key"):
+        key = p.string("lookup_key", allow_empty=True) or None
+        holder = next(
+            (x for x in sb.store.objects["price"].values() if key is not None and x["lookup_key"] == key),
+            None,
+        )
+        if holder is not None and holder is not price:
+            if p.boolean("transfer_lookup_key") is not True:
+                raise invalid_request(
+                    f"A price (`{holder['id']}`) already uses that lookup key.", param="lookup_key"
+                )
+            holder_before = sb.snapshot(holder)
+            holder["lookup_key"] = None
+            sb.emit_updated("price.updated", holder_before, holder)
+        price["lookup_key"] = key
+    price["metadata"] = _metadata_update(p, price["metadata"])
+    sb.emit_updated("price.updated", before, price)
+    return price
+
+
+def list_prices(call: Call) -> Obj:
+    call.allow("price.list")
+    p = call.params
+    items = call.sb.store.newest_first("price")
+    active = p.boolean("active")
+    if active is not None:
+        items = [i for i in items if i["active"] == active]
+    for key in ("currency", "product", "type"):
+        value = p.string(key)
+        if value is not None:
+            items = [i for i in items if i[key] == value]
+    lookup_keys = p.str_list("lookup_keys")
+    if lookup_keys is not None:
+        if len(lookup_keys) > 10:
+            raise invalid_request("You may only specify up to 10 lookup keys.", param="lookup_keys")
+        items = [i for i in items if i["lookup_key"] in lookup_keys]
+    rec = p.sub("recurring")
+    if rec is not None and rec.has("interval"):
+        interval = rec.string("interval")
+        items = [i for i in items if i["recurring"] and i["recurring"]["interval"] == interval]
+    return paginate(p, created_filter(p, items), call.route_path, "price")
+
+
+# Customers -------------------------------------------------------------------------------------
+
+
+def new_customer(
+    sb: Sandbox,
+    *,
+    email: str | None,
+    name: str | None,
+    phone: str | None,
+    description: str | None,
+    metadata: dict[str, str],
+) -> Obj:
+    prefix = "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(8))
+    customer = objects.customer(
+        id_=new_id("cus"),
+        now=sb.now(),
+        email=email,
+        name=name,
+        phone=phone,
+        description=description,
+        metadata=metadata,
+        invoice_prefix=prefix,
+    )
+    sb.store.put(customer)
+    sb.emit("customer.created", customer)
+    return customer
+
+
+def create_customer(call: Call) -> Obj:
+    call.allow("customer.create")
+    p = call.params
+    return new_customer(
+        call.sb,
+        email=p.string("email"),
+        name=p.string("name"),
+        phone=p.string("phone"),
+        description=p.string("description"),
+        metadata=p.metadata() or {},
+    )
+
+
+def _live_customer(call: Call) -> Obj:
+    customer = call.sb.get("customer", call.path["id"])
+    return customer
+
+
+def retrieve_customer(call: Call) -> Obj:
+    return _live_customer(call)
+
+
+def update_customer(call: Call) -> Obj:
+    call.allow("customer.update")
+    p, sb = call.params, call.sb
+    customer = _live_customer(call)
+    if customer.get("deleted"):
+        raise resource_missing("customer", customer["id"])
+    before = sb.snapshot(customer)
+    for key in ("email", "name", "phone", "description"):
+        if p.has(key):
+            customer[key] = p.string(key, allow_empty=True) or None
+    customer["metadata"] = _metadata_update(p, customer["metadata"])
+    sb.emit_updated("customer.updated", before, customer)
+    return customer
+
+
+def delete_customer(call: Call) -> Obj:
+    sb = call.sb
+    customer = _live_customer(call)
+    if customer.get("deleted"):
+        raise resource_missing("customer", customer["id"])
+    for sub in sb.store.objects["subscription"].values():
+        if sub["customer"] == customer["id"] and sub["status"] != "canceled":
+            billing.cancel_now(sb, sub, ended_at=sb.now(), reason="cancellation_requested")
+    snapshot = sb.snapshot(customer)
+    sb.store.put(objects.deleted("customer", customer["id"]))
+    sb.emit("customer.deleted", snapshot)
+    return objects.deleted("customer", customer["id"])
+
+
+def list_customers(call: Call) -> Obj:
+    call.allow("customer.list")
+    p = call.params
+    items = [c for c in call.sb.store.newest_first("customer") if not c.get("deleted")]
+    email = p.string("email")
+    if email is not None:
+        items = [c for c in items if c["email"] == email]
+    return paginate(p, created_filter(p, items), call.route_path, "customer")
+
+
+_CLAUSE = re.compile(
+    r"""^\s*(metadata\[['"](?P<mkey>[^'"]+)['"]\]|(?P<field>[a-z_]+))\s*:\s*['"](?P<value>[^'"]*)['"]\s*$"""
+)
+
+
+def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj:
+    """Stripe's search query language, for the clauses the service can use: exact `field:'v'`
+    and `metadata['k']:'v'`, joined by AND."""
+    call.allow(endpoint)
+    query = call.params.req_str("query")
+    items = [o for o in call.sb.store.newest_first(kind) if not o.get("deleted")]
+    for clause in re.split(r"\s+AND\s+", query):
+        match = _CLAUSE.match(clause)
+        if match is None or (match["field"] and match["field"] not in fields):
+            raise StripeError(400, f"The sandbox cannot parse this search query: {clause!r}", param="query")
+        if match["mkey"]:
+            items = [o for o in items if o["metadata"].get(match["mkey"]) == match["value"]]
+        else:
+            items = [o for o in items if str(o.get(match["field"])) == match["value"]]
+    limit = call.params.integer("limit") or 10
+    return {
+        "object": "search_result",
+        "data": items[:limit],
+        "has_more": len(items) > limit,
+        "next_page": None,
+        "url": call.route_path,
+    }
+
+
+def search_customers(call: Call) -> Obj:
+    return search(call, "customer", "customer.search", ("email", "name", "phone"))

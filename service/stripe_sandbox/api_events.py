@@ -1,0 +1,104 @@
+"""Events and webhook endpoints over the API."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from . import objects
+from .api import Call, Obj, created_filter, paginate
+from .checkout import valid_url
+from .errors import StripeError, invalid_request, parameter_missing
+from .forms import merge_metadata
+
+
+def retrieve_event(call: Call) -> Obj:
+    return call.sb.get("event", call.path["id"])
+
+
+def list_events(call: Call) -> Obj:
+    call.allow("event.list")
+    p = call.params
+    items = call.sb.store.newest_first("event")
+    type_ = p.string("type")
+    types = p.str_list("types")
+    if type_ is not None and types is not None:
+        raise invalid_request("You may only specify one of these parameters: type, types.", param="types")
+    if type_ is not None:
+        items = [e for e in items if fnmatchcase(e["type"], type_)]
+    if types is not None:
+        if len(types) > 20:
+            raise invalid_request("You may only specify up to 20 types.", param="types")
+        items = [e for e in items if e["type"] in types]
+    return paginate(p, created_filter(p, items), call.route_path, "event")
+
+
+def _events_param(call: Call) -> list[str] | None:
+    events = call.params.str_list("enabled_events")
+    if events is not None and not events:
+        raise parameter_missing("enabled_events")
+    return events
+
+
+def _url(call: Call) -> str | None:
+    url = call.params.string("url")
+    if url is not None and not valid_url(url):
+        raise StripeError(
+            400, "Invalid URL: URL must be publicly accessible.", param="url", code="url_invalid"
+        )
+    return url
+
+
+def create_endpoint(call: Call) -> Obj:
+    call.allow("webhook_endpoint.create")
+    url = _url(call)
+    if url is None:
+        raise parameter_missing("url")
+    events = _events_param(call)
+    if events is None:
+        raise parameter_missing("enabled_events")
+    endpoint, secret = call.sb.add_webhook_endpoint(
+        url,
+        events,
+        description=call.params.string("description"),
+        metadata=call.params.metadata() or {},
+        api_version=call.params.string("api_version"),
+    )
+    return {**endpoint, "secret": secret}  # the secret is shown once, on creation, as on Stripe
+
+
+def retrieve_endpoint(call: Call) -> Obj:
+    return call.sb.get("webhook_endpoint", call.path["id"])
+
+
+def update_endpoint(call: Call) -> Obj:
+    call.allow("webhook_endpoint.update")
+    p = call.params
+    endpoint = call.sb.get("webhook_endpoint", call.path["id"])
+    url = _url(call)
+    if url is not None:
+        endpoint["url"] = url
+    events = _events_param(call)
+    if events is not None:
+        endpoint["enabled_events"] = events
+    if p.has("description"):
+        endpoint["description"] = p.string("description", allow_empty=True) or None
+    disabled = p.boolean("disabled")
+    if disabled is not None:
+        endpoint["status"] = "disabled" if disabled else "enabled"
+    endpoint["metadata"] = merge_metadata(
+        endpoint["metadata"], p.metadata(), whole_cleared=p.raw("metadata") == ""
+    )
+    return endpoint
+
+
+def delete_endpoint(call: Call) -> Obj:
+    endpoint = call.sb.get("webhook_endpoint", call.path["id"])
+    call.sb.store.remove("webhook_endpoint", endpoint["id"])
+    return objects.deleted("webhook_endpoint", endpoint["id"])
+
+
+def list_endpoints(call: Call) -> Obj:
+    call.allow("webhook_endpoint.list")
+    return paginate(
+        call.params, call.sb.store.newest_first("webhook_endpoint"), call.route_path, "webhook_endpoint"
+    )

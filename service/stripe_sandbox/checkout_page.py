@@ -1,0 +1,140 @@
+"""The hosted Checkout page at a session's `url`.
+
+Field ids and names are the ones Stripe Checkout uses (`email`, `cardNumber`, `cardExpiry`,
+`cardCvc`, `billingName`, one submit button), so a Playwright script written against
+checkout.stripe.com fills this page unchanged. The page is plain HTML: the POST is handled
+server-side, a decline re-renders the page with Stripe's message in a `role=alert` element, and a
+successful payment answers 303 to `success_url`.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from . import checkout
+from .cards import Decline
+from .pages import esc, money, page
+from .sandbox import Sandbox
+
+
+def _sandbox(request: Request) -> Sandbox:
+    sb: Sandbox = request.app.state.sandbox
+    from .billing import advance_to
+
+    advance_to(sb, sb.now())
+    return sb
+
+
+def _render(
+    sb: Sandbox,
+    session: dict[str, object],
+    *,
+    error: Decline | None = None,
+    values: dict[str, str] | None = None,
+) -> Response:
+    values = values or {}
+    items = checkout.line_items(sb, session)
+    customer_email = None
+    if session["customer"]:
+        customer = sb.store.get("customer", str(session["customer"]))
+        customer_email = customer.get("email") if customer else None
+    email = values.get("email") or customer_email or session["customer_email"] or ""
+    readonly = " readonly" if (customer_email or session["customer_email"]) else ""
+    rows = "".join(
+        f"<li>{esc(i['description'])} x {esc(i['quantity'])} — {esc(money(i['amount_total'], i['currency']))}"
+        + (f" / {esc(i['price']['recurring']['interval'])}" if i["price"]["recurring"] else "")
+        + "</li>"
+        for i in items
+    )
+    subscribe = session["mode"] == "subscription"
+    cancel = (
+        f'<p><a href="{esc(session["cancel_url"])}" class="BusinessLink" '
+        'data-testid="business-link">← Back</a></p>'
+        if session["cancel_url"]
+        else ""
+    )
+    alert = (
+        f'<div class="FieldError" role="alert" id="payment-error" data-error-code="{esc(error.code)}">'
+        f"{esc(error.message)}</div>"
+        if error
+        else ""
+    )
+    body = f"""
+{cancel}
+<h1>{"Subscribe" if subscribe else "Pay"}</h1>
+<p class="amount">{esc(money(int(str(session["amount_total"])), str(session["currency"])))}</p>
+<ul>{rows}</ul>
+<form method="post" novalidate>
+  <label for="email">Email</label>
+  <input id="email" name="email" type="email" autocomplete="email" value="{esc(email)}"{readonly}>
+  <label for="cardNumber">Card information</label>
+  <input id="cardNumber" name="cardNumber" inputmode="numeric" autocomplete="cc-number"
+    placeholder="1234 1234 1234 1234" value="{esc(values.get("cardNumber", ""))}">
+  <div class="row">
+    <div><input id="cardExpiry" name="cardExpiry" autocomplete="cc-exp" placeholder="MM / YY"
+      aria-label="Expiration" value="{esc(values.get("cardExpiry", ""))}"></div>
+    <div><input id="cardCvc" name="cardCvc" inputmode="numeric" autocomplete="cc-csc" placeholder="CVC"
+      aria-label="CVC" value="{esc(values.get("cardCvc", ""))}"></div>
+  </div>
+  <label for="billingName">Cardholder name</label>
+  <input id="billingName" name="billingName" autocomplete="cc-name"
+    value="{esc(values.get("billingName", ""))}">
+  {alert}
+  <button type="submit" class="SubmitButton" data-testid="hosted-payment-submit-button">
+    {"Subscribe" if subscribe else "Pay"}</button>
+</form>
+<p><small>Stripe sandbox — test mode. Use 4242 4242 4242 4242.</small></p>
+"""
+    return page(
+        "Checkout",
+        body,
+        status=402 if error else 200,
+        redirect_targets=(checkout.success_redirect(session), str(session["cancel_url"] or "")),
+    )
+
+
+def _inactive(session: dict[str, object] | None) -> Response:
+    if session is not None and session["status"] == "complete":
+        return page("Checkout", "<h1>Thanks for your order</h1><p>This session is complete.</p>")
+    return page(
+        "Checkout",
+        "<h1>Something went wrong</h1><p>This Checkout Session is no longer active.</p>",
+        status=404,
+    )
+
+
+async def show(request: Request) -> Response:
+    sb = _sandbox(request)
+    session = sb.store.get("checkout.session", request.path_params["id"])
+    if session is None or session["status"] != "open":
+        return _inactive(session)
+    return _render(sb, session)
+
+
+async def submit(request: Request) -> Response:
+    sb = _sandbox(request)
+    session = sb.store.get("checkout.session", request.path_params["id"])
+    if session is None or session["status"] != "open":
+        return _inactive(session)
+    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True))
+    values = {k: form.get(k, "") for k in ("email", "cardNumber", "cardExpiry", "cardCvc", "billingName")}
+    try:
+        checkout.pay_session(
+            sb,
+            session,
+            email=values["email"].strip(),
+            name=values["billingName"],
+            number=values["cardNumber"],
+            expiry=values["cardExpiry"],
+            cvc=values["cardCvc"].strip(),
+        )
+    except Decline as decline:
+        return _render(sb, session, error=decline, values={**values, "cardNumber": "", "cardCvc": ""})
+    sb.save()
+    target = checkout.success_redirect(session)
+    if target is None:
+        return page("Checkout", "<h1>Thanks for your order</h1><p>Your payment succeeded.</p>")
+    return RedirectResponse(target, status_code=303)

@@ -1,0 +1,208 @@
+"""The sandbox object: store, clock, event emission and the webhook worker's lifetime.
+
+One instance per app (and so per test). Domain operations live in `billing.py` and
+`checkout.py` as functions over this object; the methods here are the handful that tests and the
+host app call directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
+from typing import Any
+
+import httpx
+
+from . import objects
+from .config import SandboxConfig
+from .errors import resource_missing
+from .ids import new_id
+from .state import Store
+from .webhooks import WebhookDispatcher, endpoint_wants
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+# (request id, idempotency key) of the API request being handled; events caused by the hosted pages
+# or by the clock carry nulls there, as Stripe's do for automatic actions.
+REQUEST_CONTEXT: ContextVar[tuple[str | None, str | None]] = ContextVar(
+    "stripe_sandbox_request", default=(None, None)
+)
+
+_LABELS = {"checkout.session": "checkout.session", "billing_portal.session": "billing_portal.session"}
+
+
+class SandboxClock:
+    """Sandbox time: wall-clock time plus an offset that only ever grows.
+
+    Advancing runs everything that falls due on the way (renewals, retries, session expiry), in
+    time order, the way Stripe test clocks do.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def now(self) -> int:
+        return int(time.time()) + self._sandbox.store.clock_offset
+
+    def set_now(self, timestamp: int) -> None:
+        if timestamp > self.now():
+            self._sandbox.store.clock_offset = timestamp - int(time.time())
+
+    def advance(self, seconds: int) -> int:
+        """Move forward `seconds` and process what fell due; returns the new time."""
+        from .billing import advance_to
+
+        advance_to(self._sandbox, self.now() + seconds)
+        return self.now()
+
+
+def diff(before: Obj, after: Obj) -> Obj:
+    """`data.previous_attributes`: old values of the top-level fields that changed."""
+    previous: Obj = {}
+    for key, old in before.items():
+        new = after.get(key)
+        if old == new:
+            continue
+        if key == "metadata" and isinstance(old, dict) and isinstance(new, dict):
+            previous[key] = {k: old.get(k) for k in set(old) | set(new) if old.get(k) != new.get(k)}
+        else:
+            previous[key] = old
+    return previous
+
+
+class Sandbox:
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        if config.persist_path is not None and config.persist_path.exists():
+            self.store = Store.load(config.persist_path)
+        else:
+            self.store = Store()
+        self.clock = SandboxClock(self)
+        self.webhooks = WebhookDispatcher(config, self._event_for_delivery, self._endpoint_for_delivery)
+        self._register_configured_endpoints()
+
+    # Basics ----------------------------------------------------------------------------------
+
+    def now(self) -> int:
+        return self.clock.now()
+
+    def get(self, kind: str, object_id: str, *, param: str = "id") -> Obj:
+        found = self.store.get(kind, object_id)
+        if found is None:
+            raise resource_missing(_LABELS.get(kind, kind.replace("_", " ")), object_id, param=param)
+        return found
+
+    def snapshot(self, obj: Obj) -> Obj:
+        return copy.deepcopy(obj)
+
+    def save(self) -> None:
+        if self.config.persist_path is not None:
+            self.store.save(self.config.persist_path)
+
+    # Events ----------------------------------------------------------------------------------
+
+    def emit(self, type_: str, obj: Obj, previous: Obj | None = None) -> Obj:
+        endpoints = [
+            e["id"] for e in self.store.objects["webhook_endpoint"].values() if endpoint_wants(e, type_)
+        ]
+        request_id, idempotency_key = REQUEST_CONTEXT.get()
+        event = objects.event(
+            id_=new_id("evt"),
+            now=self.now(),
+            type_=type_,
+            data_object=copy.deepcopy(obj),
+            previous_attributes=previous,
+            pending_webhooks=len(endpoints),
+            request_id=request_id,
+            idempotency_key=idempotency_key,
+        )
+        self.store.put(event)
+        self.webhooks.enqueue(event["id"], endpoints)
+        return event
+
+    def emit_updated(self, type_: str, before: Obj, after: Obj) -> Obj | None:
+        previous = diff(before, after)
+        if not previous:
+            return None
+        return self.emit(type_, after, previous)
+
+    def _event_for_delivery(self, event_id: str) -> Obj | None:
+        return self.store.get("event", event_id)
+
+    def _endpoint_for_delivery(self, endpoint_id: str) -> tuple[Obj, str] | None:
+        endpoint = self.store.get("webhook_endpoint", endpoint_id)
+        if endpoint is None:
+            return None
+        return endpoint, str(self.store.priv(endpoint_id)["secret"])
+
+    def _register_configured_endpoints(self) -> None:
+        known = {
+            (e["url"], self.store.priv(e["id"]).get("secret"))
+            for e in self.store.objects["webhook_endpoint"].values()
+        }
+        for url, secret in self.config.webhook_endpoints:
+            if (url, secret) in known:
+                continue
+            self.add_webhook_endpoint(url, ["*"], secret=secret, description="configured")
+
+    def add_webhook_endpoint(
+        self,
+        url: str,
+        enabled_events: list[str],
+        *,
+        secret: str | None = None,
+        description: str | None = None,
+        metadata: dict[str, str] | None = None,
+        api_version: str | None = None,
+    ) -> tuple[Obj, str]:
+        endpoint = objects.webhook_endpoint(
+            id_=new_id("we"),
+            now=self.now(),
+            url=url,
+            enabled_events=enabled_events,
+            description=description,
+            metadata=metadata or {},
+            api_version=api_version,
+        )
+        secret = secret or new_id("whsec")
+        self.store.put(endpoint)
+        self.store.priv(endpoint["id"])["secret"] = secret
+        return endpoint, secret
+
+    # Lifetime --------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Sandbox]:
+        """Run the webhook worker (and its httpx client) for the duration of the block."""
+        import asyncio
+
+        async with httpx.AsyncClient(follow_redirects=False) as client:
+            task = asyncio.create_task(self.webhooks.run(client), name="stripe-sandbox-webhooks")
+            try:
+                yield self
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                self.save()
+
+    async def deliver_pending(self, within: float = 10.0) -> None:
+        """Wait until every webhook queued so far was delivered (or given up on), for at most
+        `within` seconds (then TimeoutError): tests synchronise on this instead of sleeping."""
+        await self.webhooks.wait_idle(within)
+
+    # Test helpers (also reachable over HTTP under /v1/test_helpers) --------------------------
+
+    def advance(self, seconds: int) -> int:
+        return self.clock.advance(seconds)
+
+    def set_renewal_failure(self, customer_id: str, fail: bool) -> None:
+        """Make this customer's future renewal payments fail (or succeed again)."""
+        self.get("customer", customer_id)
+        self.store.priv(customer_id)["fail_renewals"] = fail
