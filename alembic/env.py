@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from logging.config import fileConfig
 
-from alembic import context
 from sqlalchemy import engine_from_config, pool
 
+from alembic import context
 from service.db.engine import ensure_sqlite_directory, sync_database_url
 from service.db.models import metadata
 from service.settings import Settings

@@ -45,9 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _with_session(
-    settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]
-) -> int:
+def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]) -> int:
     async def run() -> int:
         engine = create_engine(settings.database_url)
         try:

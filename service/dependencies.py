@@ -32,7 +32,9 @@ SessionDep = Annotated[AsyncSession, Depends(get_session)]
 
 
 async def get_browser_user(request: Request, runtime: RuntimeDep, session: SessionDep) -> User | None:
-    return await identity.browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
+    return await identity.browser_session_user(
+        session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE))
+    )
 
 
 BrowserUser = Annotated[User | None, Depends(get_browser_user)]

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - the refused-outside-development default
 DEV_WEBHOOK_SECRET = "whsec_dev_sandbox_secret"  # noqa: S105
-DEV_REQUEST_STATE_KEY = "ZGV2LW9ubHktcmVxdWVzdC1zdGF0ZS1rZXktMzJieXQ="  # noqa: S105 - base64, 32 bytes
+DEV_REQUEST_STATE_KEY = "ZGV2LW9ubHktcmVxdWVzdC1zdGF0ZS1rZXktMzJieXQ="
 SANDBOX_SECRET_KEY = "sk_test_sandbox"  # noqa: S105 - the key the built-in sandbox accepts
 
 
@@ -63,7 +63,11 @@ class Settings(BaseSettings):
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
 
     _split = field_validator(
-        "mcp_allowed_hosts", "mcp_allowed_origins", "request_state_keys", "stripe_webhook_secret", mode="before"
+        "mcp_allowed_hosts",
+        "mcp_allowed_origins",
+        "request_state_keys",
+        "stripe_webhook_secret",
+        mode="before",
     )(_split_csv)
 
     @field_validator("public_base_url")
@@ -81,7 +85,10 @@ class Settings(BaseSettings):
         problems: list[str] = []
         if not self.public_base_url.startswith("https://"):
             problems.append("PUBLIC_BASE_URL must use https:// outside development")
-        if self.secret_key.get_secret_value() == DEV_SECRET_KEY or len(self.secret_key.get_secret_value()) < 32:
+        if (
+            self.secret_key.get_secret_value() == DEV_SECRET_KEY
+            or len(self.secret_key.get_secret_value()) < 32
+        ):
             problems.append("SECRET_KEY is the development default or shorter than 32 characters")
         if DEV_WEBHOOK_SECRET in self.stripe_webhook_secret:
             problems.append("STRIPE_WEBHOOK_SECRET is the development default")

@@ -17,9 +17,9 @@ def _driver_url(url: str, *, sqlite_driver: str, postgres_driver: str) -> str:
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return parsed.set(drivername=f"sqlite+{sqlite_driver}" if sqlite_driver else "sqlite").render_as_string(
-            hide_password=False
-        )
+        return parsed.set(
+            drivername=f"sqlite+{sqlite_driver}" if sqlite_driver else "sqlite"
+        ).render_as_string(hide_password=False)
     if backend in ("postgresql", "postgres"):
         return parsed.set(drivername=f"postgresql+{postgres_driver}").render_as_string(hide_password=False)
     raise ValueError(f"unsupported DATABASE_URL backend {backend!r}: use sqlite:/// or postgresql://")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from alembic import command
 from service.db.engine import ensure_sqlite_directory, sync_database_url
 
 ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"

@@ -11,7 +11,8 @@ from typing import Annotated
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
 
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
 from service.identity import service as identity
@@ -74,7 +75,7 @@ async def login_form(
     runtime: RuntimeDep,
     user: BrowserUser,
     authz: str | None = None,
-    next: str | None = None,  # noqa: A002 - the conventional query parameter name
+    next: str | None = None,
 ) -> Response:
     pending = runtime.oauth.open_pending(authz) if authz else None
     if authz and pending is None:
@@ -105,7 +106,7 @@ async def login_submit(
     password: Annotated[str, Form(max_length=1024)],
     csrf_token: OptionalForm = None,
     authz: OptionalForm = None,
-    next: OptionalForm = None,  # noqa: A002
+    next: OptionalForm = None,
 ) -> Response:
     pending = runtime.oauth.open_pending(authz) if authz else None
     if authz and pending is None:
@@ -136,7 +137,7 @@ async def login_submit(
     ttl = runtime.settings.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
     if pending is not None:
-        target = await runtime.oauth.complete_authorization(pending, user)
+        target = await runtime.oauth.complete_authorization(session, pending, user)
     else:
         target = next_path or "/account"
     response = RedirectResponse(target, status_code=303)
@@ -148,6 +149,7 @@ async def login_submit(
 async def consent_submit(
     request: Request,
     runtime: RuntimeDep,
+    session: SessionDep,
     user: BrowserUser,
     authz: Annotated[str, Form()],
     decision: Annotated[str, Form()],
@@ -160,7 +162,8 @@ async def consent_submit(
         return RedirectResponse("/login?" + urlencode({"authz": authz}), status_code=303)
     if decision != "allow":
         return RedirectResponse(runtime.oauth.denied_redirect(pending), status_code=303)
-    return RedirectResponse(await runtime.oauth.complete_authorization(pending, user), status_code=303)
+    target = await runtime.oauth.complete_authorization(session, pending, user)
+    return RedirectResponse(target, status_code=303)
 
 
 @router.post("/logout")
@@ -169,10 +172,12 @@ async def logout(
     runtime: RuntimeDep,
     session: SessionDep,
     csrf_token: OptionalForm = None,
-    next: OptionalForm = None,  # noqa: A002
+    next: OptionalForm = None,
 ) -> Response:
     if not runtime.csrf.verify(request, csrf_token):
-        return runtime.pages.message("Sign out failed", "Your form expired. Reload and try again.", status_code=400)
+        return runtime.pages.message(
+            "Sign out failed", "Your form expired. Reload and try again.", status_code=400
+        )
     await identity.end_browser_session(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
     response = RedirectResponse(safe_next_path(next) or "/login", status_code=303)
     runtime.cookies.clear(response, SESSION_COOKIE)
@@ -184,3 +189,29 @@ async def account(runtime: RuntimeDep, user: BrowserUser) -> Response:
     if user is None:
         return RedirectResponse(login_path("/account"), status_code=303)
     return runtime.pages.message("Signed in", f"You are signed in as {user.username}.")
+
+
+@router.post("/revoke")
+async def revoke(request: Request, runtime: RuntimeDep) -> Response:
+    """RFC 7009 revocation, served ahead of the SDK's handler.
+
+    The SDK's handler insists on a `client_secret` field even from public clients, which RFC 7009
+    does not ask of them; client authentication itself is still the SDK's.
+    """
+    try:
+        client = await ClientAuthenticator(runtime.oauth).authenticate_request(request)
+    except AuthenticationError as exc:
+        return JSONResponse({"error": "invalid_client", "error_description": exc.message}, status_code=401)
+    form = await request.form()
+    token = form.get("token")
+    if not isinstance(token, str) or not token:
+        return JSONResponse(
+            {"error": "invalid_request", "error_description": "token is required"}, status_code=400
+        )
+    found = await runtime.oauth.load_access_token(token) or await runtime.oauth.load_refresh_token(
+        client, token
+    )
+    if found is not None and found.client_id == client.client_id:
+        await runtime.oauth.revoke_token(found)
+    # Unknown or foreign tokens get the same answer, so revocation cannot probe for valid tokens.
+    return Response(status_code=200, headers={"Cache-Control": "no-store"})

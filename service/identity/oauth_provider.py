@@ -105,7 +105,11 @@ class DatabaseOAuthProvider:
             raise AuthorizeError("invalid_target", "this server only issues tokens for its own MCP endpoint")
         params = params.model_copy(update={"resource": self._resource_url})
         sealed = self._serializer.dumps(
-            {"client_id": client.client_id, "client_name": client.client_name, "params": params.model_dump(mode="json")}
+            {
+                "client_id": client.client_id,
+                "client_name": client.client_name,
+                "params": params.model_dump(mode="json"),
+            }
         )
         return f"{self._public_base_url}/login?authz={sealed}"
 
@@ -121,29 +125,35 @@ class DatabaseOAuthProvider:
             params=AuthorizationParams.model_validate(data["params"]),
         )
 
-    async def complete_authorization(self, pending: PendingAuthorization, user: User) -> str:
-        """Mint a code for the logged-in user; returns the client's redirect URL carrying it."""
+    async def complete_authorization(
+        self, session: AsyncSession, pending: PendingAuthorization, user: User
+    ) -> str:
+        """Mint a code for the logged-in user in the caller's transaction; returns the redirect URL."""
         code = new_secret("mcp_code")
         params = pending.params
-        async with self._sessions() as session, session.begin():
-            session.add(
-                AuthorizationCode(
-                    code_hash=digest(code),
-                    client_id=pending.client_id,
-                    user_id=user.id,
-                    scopes=" ".join(params.scopes or []),
-                    code_challenge=params.code_challenge,
-                    redirect_uri=str(params.redirect_uri),
-                    redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
-                    resource=params.resource,
-                    expires_at=utcnow() + self._code_ttl,
-                )
+        session.add(
+            AuthorizationCode(
+                code_hash=digest(code),
+                client_id=pending.client_id,
+                user_id=user.id,
+                scopes=" ".join(params.scopes or []),
+                code_challenge=params.code_challenge,
+                redirect_uri=str(params.redirect_uri),
+                redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
+                resource=params.resource,
+                expires_at=utcnow() + self._code_ttl,
             )
-        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state)
+        )
+        return construct_redirect_uri(
+            str(params.redirect_uri), code=code, state=params.state, iss=self._public_base_url
+        )
 
     def denied_redirect(self, pending: PendingAuthorization) -> str:
         return construct_redirect_uri(
-            str(pending.params.redirect_uri), error="access_denied", state=pending.params.state
+            str(pending.params.redirect_uri),
+            error="access_denied",
+            state=pending.params.state,
+            iss=self._public_base_url,
         )
 
     async def load_authorization_code(
@@ -255,7 +265,7 @@ class DatabaseOAuthProvider:
         refresh = await identity.issue_token(session, kind="refresh", ttl=self._refresh_ttl, **common)
         return OAuthToken(
             access_token=access.secret,
-            token_type="Bearer",
+            token_type="Bearer",  # noqa: S106 - the token type, not a secret
             expires_in=int(self._access_ttl.total_seconds()),
             scope=" ".join(scopes) or None,
             refresh_token=refresh.secret,
@@ -284,5 +294,7 @@ class DatabaseOAuthProvider:
         async with self._sessions() as session, session.begin():
             await identity.revoke_grant(session, token.grant_id)
 
-    async def exchange_identity_assertion(self, client: OAuthClientInformationFull, params: Any) -> OAuthToken:
+    async def exchange_identity_assertion(
+        self, client: OAuthClientInformationFull, params: Any
+    ) -> OAuthToken:
         raise TokenError("unsupported_grant_type", "identity assertions are not enabled")

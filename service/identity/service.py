@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import update
-from sqlmodel import select
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.db.metadata import utcnow
@@ -15,7 +15,7 @@ from service.identity.models import BrowserSession, Token, User
 from service.identity.passwords import hash_password, verify_password
 from service.identity.secrets import digest, new_id, new_secret
 
-PERSONAL_TOKEN_CLIENT_ID = "personal-access-token"
+PERSONAL_TOKEN_CLIENT_ID = "personal-access-token"  # noqa: S105 - a client id
 USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,149}$")
 
 
@@ -118,7 +118,7 @@ async def find_live_token(session: AsyncSession, secret: str, kinds: tuple[str, 
 async def revoke_grant(session: AsyncSession, grant_id: str) -> int:
     statement = (
         update(Token)
-        .where(Token.grant_id == grant_id, Token.revoked_at.is_(None))  # type: ignore[union-attr]
+        .where(col(Token.grant_id) == grant_id, col(Token.revoked_at).is_(None))
         .values(revoked_at=utcnow())
     )
     result = await session.exec(statement)
@@ -136,7 +136,7 @@ async def list_tokens(session: AsyncSession, username: str) -> list[Token]:
     user = await get_user_by_username(session, username)
     if user is None:
         raise IdentityError(f"no user named {username!r}")
-    result = await session.exec(select(Token).where(Token.user_id == user.id).order_by(Token.created_at))
+    result = await session.exec(select(Token).where(Token.user_id == user.id).order_by(col(Token.created_at)))
     return list(result.all())
 
 

@@ -46,6 +46,6 @@ def register_free_tools(server: MCPServer, sessions: SessionFactory) -> None:
             raise ValueError("your account no longer exists")
         return WhoAmI(user_id=user.id, username=user.username, client_id=caller.client_id)
 
-    server.tool(name="text_stats", description="Count characters, words and lines; list the most frequent words.")(
-        text_stats
-    )
+    server.tool(
+        name="text_stats", description="Count characters, words and lines; list the most frequent words."
+    )(text_stats)

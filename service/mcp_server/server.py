@@ -17,7 +17,9 @@ from service.settings import Settings
 def build_mcp_server(settings: Settings, oauth: DatabaseOAuthProvider, sessions: SessionFactory) -> MCPServer:
     server: MCPServer = MCPServer(
         settings.mcp_server_name,
-        instructions="Free and paid tools. Paid tools send you to a payment page when you have no subscription.",
+        instructions=(
+            "Free and paid tools. A paid tool sends you to a payment page when you have no subscription."
+        ),
         auth_server_provider=oauth,
         auth=AuthSettings.model_validate(
             {

@@ -51,4 +51,3 @@ class DatabaseUnavailableMiddleware:
                 }
             )
             await send({"type": "http.response.body", "body": body.encode()})
-

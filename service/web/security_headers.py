@@ -8,8 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 # form-action is deliberately absent: Chromium applies it to the redirects that follow a form
 # POST, which would block the hand-off to an OAuth client's redirect URI and to Stripe Checkout.
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; style-src 'self'; img-src 'self' data:; "
-    "frame-ancestors 'none'; base-uri 'none'"
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"
 )
 
 

@@ -49,7 +49,9 @@ def create_postgres_database(template: str | None = None) -> str:
     with postgres_admin() as admin:
         if template:
             admin.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template))
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template)
+                )
             )
         else:
             admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))

@@ -61,7 +61,9 @@ def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None
     assert config.public_base_url == "http://localhost:9123"
 
 
-def test_cli_refuses_to_start_in_production_with_defaults(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+def test_cli_refuses_to_start_in_production_with_defaults(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
     from service.cli import main
 
     monkeypatch.setenv("ENVIRONMENT", "production")

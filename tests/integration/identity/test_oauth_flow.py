@@ -1,0 +1,307 @@
+"""The built-in OAuth 2.1 server end to end, with the SDK's own OAuth client and plain HTTP."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider, TokenStorage
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+from tests.support.browserless import log_in_through_form
+from tests.support.service import DEFAULT_PASSWORD, RunningService
+
+REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the test reads the Location header
+
+
+class MemoryTokenStorage(TokenStorage):
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+def query_of(url: str) -> dict[str, str]:
+    return {key: values[0] for key, values in parse_qs(urlsplit(url).query).items()}
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService, mode: str) -> None:
+    await service.add_user("alice")
+    landed: dict[str, str] = {}
+
+    async def redirect_handler(authorization_url: str) -> None:
+        async with service.http() as browser:
+            to_login = await browser.get(authorization_url)
+            assert to_login.status_code == 302
+            assert to_login.headers["location"].startswith(f"{service.base_url}/login?authz=")
+            done = await log_in_through_form(browser, to_login.headers["location"], "alice", DEFAULT_PASSWORD)
+            assert done.status_code == 303, done.text
+            landed["url"] = done.headers["location"]
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        query = query_of(landed["url"])
+        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+    storage = MemoryTokenStorage()
+    auth = OAuthClientProvider(
+        server_url=service.mcp_url,
+        client_metadata=OAuthClientMetadata(
+            client_name="test client",
+            redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+    async with (
+        httpx2.AsyncClient(auth=auth, timeout=30) as http,
+        Client(streamable_http_client(service.mcp_url, http_client=http), mode=mode) as client,
+    ):
+        result = await client.call_tool("whoami", {})
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    assert result.structured_content is not None
+    assert result.structured_content["username"] == "alice"
+    assert storage.tokens is not None and storage.tokens.refresh_token
+    assert landed["url"].startswith(REDIRECT_URI)
+
+
+def pkce_pair() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
+    return verifier, challenge
+
+
+async def register(http: httpx.AsyncClient) -> dict[str, Any]:
+    response = await http.post(
+        "/register",
+        json={
+            "client_name": "step by step",
+            "redirect_uris": [REDIRECT_URI],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+        },
+    )
+    assert response.status_code == 201, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+async def authorize(
+    service: RunningService, http: httpx.AsyncClient, client_id: str, challenge: str, **extra: str
+) -> httpx.Response:
+    return await http.get(
+        "/authorize",
+        params={
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": REDIRECT_URI,
+            "code_challenge": challenge,
+            "code_challenge_method": "S256",
+            "state": "xyz",
+            "resource": service.mcp_url,
+            **extra,
+        },
+    )
+
+
+async def whoami_status(service: RunningService, access_token: str) -> int:
+    async with service.http() as http:
+        response = await http.post(
+            "/mcp",
+            headers={
+                "Authorization": f"Bearer {access_token}",
+                "Accept": "application/json, text/event-stream",
+            },
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "probe", "version": "1"},
+                },
+            },
+        )
+    return response.status_code
+
+
+async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService) -> None:
+    await service.add_user("bob")
+    verifier, challenge = pkce_pair()
+    async with service.http() as http:
+        client = await register(http)
+        to_login = await authorize(service, http, client["client_id"], challenge)
+        assert to_login.status_code == 302
+        done = await log_in_through_form(http, to_login.headers["location"], "bob", DEFAULT_PASSWORD)
+        assert done.status_code == 303
+        callback = query_of(done.headers["location"])
+        assert callback["state"] == "xyz"
+        assert callback["iss"] == service.base_url
+
+        wrong_verifier = await http.post(
+            "/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": callback["code"],
+                "redirect_uri": REDIRECT_URI,
+                "client_id": client["client_id"],
+                "code_verifier": secrets.token_urlsafe(48),
+            },
+        )
+        assert wrong_verifier.status_code == 400
+        assert wrong_verifier.json()["error"] == "invalid_grant"
+
+        exchanged = await http.post(
+            "/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": callback["code"],
+                "redirect_uri": REDIRECT_URI,
+                "client_id": client["client_id"],
+                "code_verifier": verifier,
+            },
+        )
+        assert exchanged.status_code == 200, exchanged.text
+        tokens = exchanged.json()
+        assert tokens["token_type"].lower() == "bearer"
+        assert await whoami_status(service, tokens["access_token"]) == 200
+
+        replayed_code = await http.post(
+            "/token",
+            data={
+                "grant_type": "authorization_code",
+                "code": callback["code"],
+                "redirect_uri": REDIRECT_URI,
+                "client_id": client["client_id"],
+                "code_verifier": verifier,
+            },
+        )
+        assert replayed_code.status_code == 400
+
+        refreshed = await http.post(
+            "/token",
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": tokens["refresh_token"],
+                "client_id": client["client_id"],
+            },
+        )
+        assert refreshed.status_code == 200, refreshed.text
+        new_tokens = refreshed.json()
+        assert new_tokens["refresh_token"] != tokens["refresh_token"]
+        assert await whoami_status(service, new_tokens["access_token"]) == 200
+
+        revoked = await http.post(
+            "/revoke", data={"token": new_tokens["access_token"], "client_id": client["client_id"]}
+        )
+        assert revoked.status_code == 200
+        assert await whoami_status(service, new_tokens["access_token"]) == 401
+        # Revocation ends the whole grant, so the refresh token minted with it is dead too.
+        after_revoke = await http.post(
+            "/token",
+            data={
+                "grant_type": "refresh_token",
+                "refresh_token": new_tokens["refresh_token"],
+                "client_id": client["client_id"],
+            },
+        )
+        assert after_revoke.status_code == 400
+
+
+async def test_reusing_a_rotated_refresh_token_ends_the_grant(service: RunningService) -> None:
+    await service.add_user("carol")
+    verifier, challenge = pkce_pair()
+    async with service.http() as http:
+        client = await register(http)
+        to_login = await authorize(service, http, client["client_id"], challenge)
+        done = await log_in_through_form(http, to_login.headers["location"], "carol", DEFAULT_PASSWORD)
+        code = query_of(done.headers["location"])["code"]
+        first = (
+            await http.post(
+                "/token",
+                data={
+                    "grant_type": "authorization_code",
+                    "code": code,
+                    "redirect_uri": REDIRECT_URI,
+                    "client_id": client["client_id"],
+                    "code_verifier": verifier,
+                },
+            )
+        ).json()
+        refresh = {"grant_type": "refresh_token", "client_id": client["client_id"]}
+        second = (await http.post("/token", data={**refresh, "refresh_token": first["refresh_token"]})).json()
+        stolen = await http.post("/token", data={**refresh, "refresh_token": first["refresh_token"]})
+        assert stolen.status_code == 400
+        assert await whoami_status(service, second["access_token"]) == 401
+
+
+async def test_authorize_refuses_tokens_for_another_resource(service: RunningService) -> None:
+    _, challenge = pkce_pair()
+    async with service.http() as http:
+        client = await register(http)
+        response = await authorize(
+            service, http, client["client_id"], challenge, resource="https://elsewhere.example/mcp"
+        )
+    assert response.status_code == 302
+    assert query_of(response.headers["location"])["error"] == "invalid_target"
+
+
+async def test_wrong_password_and_missing_csrf_are_refused(service: RunningService) -> None:
+    await service.add_user("dave")
+    async with service.http() as http:
+        wrong = await log_in_through_form(http, "/login?next=/account", "dave", "not the password")
+        assert wrong.status_code == 401
+        assert "Wrong username or password" in wrong.text
+        assert "set-cookie" not in wrong.headers or "session=" not in wrong.headers["set-cookie"]
+    async with service.http() as fresh:
+        forged = await fresh.post("/login", data={"username": "dave", "password": DEFAULT_PASSWORD})
+        assert forged.status_code == 400
+        assert "session=" not in forged.headers.get("set-cookie", "")
+
+
+async def test_login_sets_a_strict_session_cookie(service: RunningService) -> None:
+    await service.add_user("erin")
+    async with service.http() as http:
+        done = await log_in_through_form(http, "/login?next=/account", "erin", DEFAULT_PASSWORD)
+        assert done.status_code == 303
+        assert done.headers["location"] == "/account"
+        cookie = next(v for v in done.headers.get_list("set-cookie") if v.startswith("session="))
+        attributes = {part.strip().lower() for part in cookie.split(";")}
+        assert "httponly" in attributes
+        assert "samesite=lax" in attributes
+        assert "secure" not in attributes  # development mode; production uses __Host- and Secure
+        account = await http.get("/account")
+        assert "signed in as erin" in account.text
+
+
+async def test_login_refuses_open_redirects(service: RunningService) -> None:
+    await service.add_user("frank")
+    async with service.http() as http:
+        done = await log_in_through_form(http, "/login?next=//evil.example/x", "frank", DEFAULT_PASSWORD)
+    assert done.status_code == 303
+    assert done.headers["location"] == "/account"

@@ -1,0 +1,94 @@
+"""Personal access tokens from the CLI, used by the SDK client in both protocol eras."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.mcp_http import post_initialize
+from tests.support.service import RunningService
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def cli(service: RunningService, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": service.settings.database_url,
+        "PUBLIC_BASE_URL": service.settings.public_base_url,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_cli_user_and_token_work_with_the_sdk_client(service: RunningService, mode: str) -> None:
+    created = cli(service, "users", "create", "grace", "--password", "a long password")
+    assert created.returncode == 0, created.stderr
+    issued = cli(service, "tokens", "create", "grace", "--label", "laptop")
+    assert issued.returncode == 0, issued.stderr
+    token = issued.stdout.strip()
+    assert token.startswith("mcp_pat_")
+    assert token not in issued.stderr
+
+    async with service.mcp_client(token, mode=mode) as client:
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("whoami", {})
+    assert {"whoami", "text_stats"} <= tools
+    assert result.structured_content is not None
+    assert result.structured_content["username"] == "grace"
+    assert result.structured_content["client_id"] == "personal-access-token"
+
+
+async def test_cli_revoke_stops_the_token(service: RunningService) -> None:
+    await service.add_user("heidi")
+    issued = cli(service, "tokens", "create", "heidi")
+    token = issued.stdout.strip()
+    assert (await post_initialize(service, f"Bearer {token}"))[0] == 200
+    token_id = issued.stderr.split("token id: ")[1].split()[0]
+    listed = cli(service, "tokens", "list", "heidi")
+    assert token_id in listed.stdout and "active" in listed.stdout
+    assert token not in listed.stdout
+
+    revoked = cli(service, "tokens", "revoke", token_id)
+    assert revoked.returncode == 0, revoked.stderr
+    assert "revoked" in cli(service, "tokens", "list", "heidi").stdout
+    status, headers = await post_initialize(service, f"Bearer {token}")
+    assert status == 401
+    assert "invalid_token" in headers["www-authenticate"]
+
+
+def test_cli_reports_clear_errors(tmp_path: Path) -> None:
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "service", *args],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    assert run("migrate").returncode == 0
+    assert run("users", "create", "ivan", "--password", "long enough").returncode == 0
+    duplicate = run("users", "create", "ivan", "--password", "long enough")
+    assert duplicate.returncode == 1 and "already exists" in duplicate.stderr
+    short = run("users", "create", "judy", "--password", "short")
+    assert short.returncode == 1 and "at least 8" in short.stderr
+    missing = run("tokens", "create", "nobody")
+    assert missing.returncode == 1 and "no user named" in missing.stderr
+    unknown = run("tokens", "revoke", "tok_doesnotexist")
+    assert unknown.returncode == 1

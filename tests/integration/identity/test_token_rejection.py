@@ -1,0 +1,92 @@
+"""Every bad bearer gets 401 with a pointer to the protected-resource metadata, and no tool runs."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from service.db.engine import create_engine, create_session_factory
+from service.db.metadata import utcnow
+from service.identity.models import Token
+from tests.support.mcp_http import ACCEPT, post_initialize
+from tests.support.service import RunningService
+
+
+def assert_points_at_metadata(service: RunningService, headers: dict[str, str]) -> None:
+    challenge = headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert f'resource_metadata="{service.base_url}/.well-known/oauth-protected-resource/mcp"' in challenge
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        None,
+        "",
+        "Bearer",
+        "Bearer  two words",
+        "Basic dXNlcjpwYXNz",
+        "Bearer mcp_pat_not-a-real-token",
+        "Bearer \u00e9\u00e9".encode("latin-1"),
+        "bearer " + "x" * 5000,
+    ],
+    ids=["missing", "empty", "no-token", "spaces", "basic", "unknown", "non-ascii", "huge"],
+)
+async def test_missing_or_malformed_tokens(
+    service: RunningService, authorization: str | bytes | None
+) -> None:
+    status, headers = await post_initialize(service, authorization)
+    assert status == 401
+    assert_points_at_metadata(service, headers)
+
+
+async def test_expired_token(service: RunningService) -> None:
+    await service.add_user("kim")
+    issued = await service.personal_token("kim", ttl=timedelta(seconds=60))
+    assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
+    engine = create_engine(service.settings.database_url)
+    try:
+        async with create_session_factory(engine)() as session, session.begin():
+            token = await session.get(Token, issued.token.id)
+            assert token is not None
+            token.expires_at = utcnow() - timedelta(seconds=1)
+            session.add(token)
+    finally:
+        await engine.dispose()
+    status, headers = await post_initialize(service, f"Bearer {issued.secret}")
+    assert status == 401
+    assert_points_at_metadata(service, headers)
+
+
+async def test_revoked_token(service: RunningService) -> None:
+    await service.add_user("liam")
+    issued = await service.personal_token("liam")
+    assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
+    assert await service.revoke(issued.token.id)
+    assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 401
+
+
+async def test_token_issued_for_another_resource(service: RunningService) -> None:
+    await service.add_user("mia")
+    foreign = await service.personal_token("mia", resource="https://other.example/mcp")
+    status, headers = await post_initialize(service, f"Bearer {foreign.secret}")
+    assert status == 401
+    assert_points_at_metadata(service, headers)
+
+
+async def test_malformed_json_rpc_body_gets_a_parse_error(service: RunningService) -> None:
+    await service.add_user("noah")
+    issued = await service.personal_token("noah")
+    async with service.http() as http:
+        response = await http.post(
+            "/mcp",
+            headers={
+                "Authorization": f"Bearer {issued.secret}",
+                "Accept": ACCEPT,
+                "Content-Type": "application/json",
+            },
+            content=b'{"jsonrpc": "2.0", "id": 1, "method": ',
+        )
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700

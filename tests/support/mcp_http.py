@@ -1,0 +1,28 @@
+"""Raw MCP-over-HTTP probes, for checks the SDK client hides behind its own error handling."""
+
+from __future__ import annotations
+
+from tests.support.service import RunningService
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+ACCEPT = "application/json, text/event-stream"
+
+
+async def post_initialize(
+    service: RunningService, authorization: str | bytes | None
+) -> tuple[int, dict[str, str]]:
+    headers: dict[str, str | bytes] = {"Accept": ACCEPT}
+    if authorization is not None:
+        headers["Authorization"] = authorization
+    async with service.http() as http:
+        response = await http.post("/mcp", headers=headers, json=INITIALIZE)
+    return response.status_code, dict(response.headers)
