@@ -368,7 +368,10 @@ def charge(
     failure: tuple[str, str, str] | None,
     description: str | None,
 ) -> Obj:
-    """A charge; `failure` is `(code, decline_code, message)` for a declined attempt."""
+    """A charge; `failure` is `(code, decline_code, message)` for a declined attempt.
+
+    `refunds` is absent: since 2022-11-15 it is only returned when expanded (`expand[]=refunds`).
+    """
     details: dict[str, Any] = card_details(card)
     details.update({"network": card["brand"], "three_d_secure": None, "wallet": None})
     ok = failure is None
@@ -415,7 +418,6 @@ def charge(
         "receipt_number": None,
         "receipt_url": None,
         "refunded": False,
-        "refunds": list_envelope([], f"/v1/charges/{id_}/refunds"),
         "review": None,
         "shipping": None,
         "source": None,

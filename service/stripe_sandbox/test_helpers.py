@@ -58,6 +58,10 @@ def pay_session(call: Call) -> Obj:
     p = call.params
     p.reject_unknown(("card_number", "email", "name", "exp", "cvc", "expand"))
     session = call.sb.get("checkout.session", call.path["id"])
+    if session["status"] != "open":
+        raise invalid_request(
+            f"This Checkout Session is no longer active (status `{session['status']}`).", param="session"
+        )
     try:
         return checkout.pay_session(
             call.sb,

@@ -1,0 +1,169 @@
+"""Subscriptions over time: cancel/resume, renewals, failed renewals, refunds, disputes, portal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import stripe
+
+from .conftest import Env, subscribed
+
+pytestmark = pytest.mark.asyncio
+
+MONTH = 31 * 86400
+
+
+async def _events(env: Env, type_: str) -> list[Any]:
+    return list((await env.client.v1.events.list_async(params={"type": type_, "limit": 100})).data)
+
+
+async def test_cancel_at_period_end_and_resume(env: Env) -> None:
+    sub = (await subscribed(env))["subscription"]
+    end = sub["items"].data[0].current_period_end
+    updated = await env.client.v1.subscriptions.update_async(
+        sub.id, params={"cancel_at_period_end": True, "metadata": {"reason": "too pricey"}}
+    )
+    assert updated.cancel_at_period_end is True and updated.cancel_at == end and updated.status == "active"
+    assert updated.metadata.to_dict() == {"account": "acct-1", "reason": "too pricey"}
+    [event] = await _events(env, "customer.subscription.updated")
+    assert event.data.previous_attributes.cancel_at_period_end is False
+    assert event.data.previous_attributes.metadata.to_dict() == {"reason": None}
+    resumed = await env.client.v1.subscriptions.update_async(sub.id, params={"cancel_at_period_end": False})
+    assert resumed.cancel_at_period_end is False and resumed.cancel_at is None
+    await env.client.v1.subscriptions.update_async(sub.id, params={"cancel_at_period_end": True})
+    await env.advance(MONTH + 1)
+    ended = await env.client.v1.subscriptions.retrieve_async(sub.id)
+    assert ended.status == "canceled" and ended.ended_at == end
+    assert len(await _events(env, "customer.subscription.deleted")) == 1
+    assert len((await env.client.v1.invoices.list_async(params={"subscription": sub.id})).data) == 1
+
+
+async def test_cancel_immediately_and_list_filters(env: Env) -> None:
+    state = await subscribed(env)
+    sub, customer = state["subscription"], state["customer"]
+    listed = await env.client.v1.subscriptions.list_async(params={"customer": customer.id})
+    assert [s.id for s in listed.data] == [sub.id]
+    canceled = await env.client.v1.subscriptions.cancel_async(sub.id)
+    assert canceled.status == "canceled" and canceled.canceled_at is not None
+    assert (await env.client.v1.subscriptions.list_async(params={"customer": customer.id})).data == []
+    everything = await env.client.v1.subscriptions.list_async(
+        params={"customer": customer.id, "status": "all"}
+    )
+    assert [s.id for s in everything.data] == [sub.id]
+    assert [
+        s.id for s in (await env.client.v1.subscriptions.list_async(params={"status": "canceled"})).data
+    ] == [sub.id]
+    with pytest.raises(stripe.InvalidRequestError):
+        await env.client.v1.subscriptions.cancel_async(sub.id)
+    with pytest.raises(stripe.InvalidRequestError):
+        await env.client.v1.subscriptions.update_async(sub.id, params={"cancel_at_period_end": True})
+
+
+async def test_renewals_bill_each_period(env: Env) -> None:
+    sub = (await subscribed(env))["subscription"]
+    first_end = sub["items"].data[0].current_period_end
+    await env.advance(MONTH + 1)
+    renewed = await env.client.v1.subscriptions.retrieve_async(sub.id)
+    item = renewed["items"].data[0]
+    assert item.current_period_start == first_end and renewed.status == "active"
+    invoices = (await env.client.v1.invoices.list_async(params={"subscription": sub.id})).data
+    assert [(i.billing_reason, i.status) for i in invoices] == [
+        ("subscription_cycle", "paid"),
+        ("subscription_create", "paid"),
+    ]
+    assert renewed.latest_invoice == invoices[0].id
+    [updated] = await _events(env, "customer.subscription.updated")
+    previous = updated.data.previous_attributes
+    assert previous.latest_invoice == sub.latest_invoice
+    assert previous["items"].data[0].current_period_end == first_end
+    await env.advance(2 * MONTH)
+    assert len((await env.client.v1.invoices.list_async(params={"subscription": sub.id})).data) >= 4
+
+
+async def test_failed_renewal_goes_past_due_then_canceled(env: Env) -> None:
+    state = await subscribed(env)
+    sub, customer = state["subscription"], state["customer"]
+    await env.raw(f"/v1/test_helpers/customers/{customer.id}/fail_renewals", fail=True)
+    await env.advance(MONTH + 1)
+    past_due = await env.client.v1.subscriptions.retrieve_async(sub.id, params={"expand": ["latest_invoice"]})
+    assert past_due.status == "past_due"
+    invoice = past_due.latest_invoice
+    assert (invoice.status, invoice.attempt_count) == ("open", 1) and invoice.next_payment_attempt is not None
+    [failed] = await _events(env, "invoice.payment_failed")
+    assert failed.data.object.id == invoice.id
+    [updated] = await _events(env, "customer.subscription.updated")
+    assert updated.data.previous_attributes.status == "active"
+    await env.advance(20 * 86400)  # all retries (3, 5, 7 days) fail
+    canceled = await env.client.v1.subscriptions.retrieve_async(sub.id)
+    assert canceled.status == "canceled" and canceled.cancellation_details.reason == "payment_failed"
+    assert len(await _events(env, "invoice.payment_failed")) == 4
+    assert len(await _events(env, "customer.subscription.deleted")) == 1
+
+
+async def test_failed_renewal_recovers_on_retry(env: Env) -> None:
+    state = await subscribed(env)
+    sub, customer = state["subscription"], state["customer"]
+    env.sandbox.set_renewal_failure(customer.id, True)
+    await env.advance(MONTH + 1)
+    assert (await env.client.v1.subscriptions.retrieve_async(sub.id)).status == "past_due"
+    env.sandbox.set_renewal_failure(customer.id, False)
+    await env.advance(3 * 86400)
+    recovered = await env.client.v1.subscriptions.retrieve_async(
+        sub.id, params={"expand": ["latest_invoice"]}
+    )
+    assert recovered.status == "active" and recovered.latest_invoice.status == "paid"
+    assert recovered.latest_invoice.attempt_count == 2
+
+
+async def test_unpaid_final_status_is_configurable(receiver: Any) -> None:
+    from .conftest import sandbox_env
+
+    async with sandbox_env(receiver, final_failure_status="unpaid") as env:
+        state = await subscribed(env)
+        env.sandbox.set_renewal_failure(state["customer"].id, True)
+        await env.advance(MONTH + 20 * 86400)
+        assert (await env.client.v1.subscriptions.retrieve_async(state["subscription"].id)).status == "unpaid"
+
+
+async def test_refund_and_dispute(env: Env) -> None:
+    sub = (await subscribed(env))["subscription"]
+    invoice = await env.client.v1.invoices.retrieve_async(sub.latest_invoice, params={"expand": ["payments"]})
+    assert invoice.payments is not None
+    intent = await env.client.v1.payment_intents.retrieve_async(
+        invoice.payments.data[0].payment.payment_intent
+    )
+    refund = await env.client.v1.refunds.create_async(params={"charge": intent.latest_charge, "amount": 500})
+    assert (refund.status, refund.amount, refund.charge) == ("succeeded", 500, intent.latest_charge)
+    charge = await env.client.v1.charges.retrieve_async(intent.latest_charge, params={"expand": ["refunds"]})
+    assert (charge.amount_refunded, charge.refunded) == (500, False)
+    assert charge.refunds is not None and [r.id for r in charge.refunds.data] == [refund.id]
+    rest = await env.client.v1.refunds.create_async(params={"payment_intent": intent.id})
+    assert rest.amount == 1000
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.refunds.create_async(params={"charge": intent.latest_charge})
+    assert info.value.code == "charge_already_refunded"
+    refunded = await _events(env, "charge.refunded")
+    assert len(refunded) == 2 and refunded[0].data.object.refunded is True
+    assert refunded[1].data.previous_attributes.amount_refunded == 0
+    dispute = await env.raw(f"/v1/test_helpers/charges/{intent.latest_charge}/dispute", reason="fraudulent")
+    assert dispute.object == "dispute" and dispute.charge == intent.latest_charge
+    [created] = await _events(env, "charge.dispute.created")
+    assert created.data.object.id == dispute.id
+    assert (await env.client.v1.disputes.retrieve_async(dispute.id)).status == "needs_response"
+    assert (await env.client.v1.charges.retrieve_async(intent.latest_charge)).disputed is True
+
+
+async def test_billing_portal_session(env: Env) -> None:
+    customer = (await subscribed(env))["customer"]
+    portal = await env.client.v1.billing_portal.sessions.create_async(
+        params={"customer": customer.id, "return_url": "https://app.example/account"}
+    )
+    assert portal.object == "billing_portal.session" and portal.customer == customer.id
+    assert (
+        portal.url.startswith(f"{env.base_url}/p/session/")
+        and portal.return_url == "https://app.example/account"
+    )
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.billing_portal.sessions.create_async(params={"customer": "cus_missing"})
+    assert info.value.param == "customer"
