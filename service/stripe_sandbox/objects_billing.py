@@ -126,6 +126,7 @@ def invoice_line(*, id_: str, invoice_id: str, item: Obj, sub_id: str, start: in
         },
         "quantity": item["quantity"],
         "quantity_decimal": str(item["quantity"]),
+        "subscription": sub_id,
         "subtotal": amount,
         "taxes": [],
     }

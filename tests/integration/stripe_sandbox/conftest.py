@@ -84,6 +84,8 @@ class Receiver:
             )
         except (stripe.SignatureVerificationError, ValueError):
             self.rejected += 1
+            async with self._changed:
+                self._changed.notify_all()
             return Response("bad signature", status_code=400)
         first = event.id not in self._seen
         self._seen.add(event.id)
@@ -101,8 +103,8 @@ class Receiver:
     def types(self) -> list[str]:
         return [e.type for e in self.events]
 
-    async def wait_for(self, predicate: Callable[[Receiver], bool], timeout: float = 10.0) -> None:
-        async with asyncio.timeout(timeout), self._changed:
+    async def wait_for(self, predicate: Callable[[Receiver], bool], within: float = 10.0) -> None:
+        async with asyncio.timeout(within), self._changed:
             await self._changed.wait_for(lambda: predicate(self))
 
     def app(self) -> Starlette:
