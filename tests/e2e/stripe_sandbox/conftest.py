@@ -26,11 +26,17 @@ CHROMIUM_ARGS = [
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
+def chromium_path() -> Path:
+    """Fails (never skips) without the browser: a missing browser must not look like a pass."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (make browser)")
+    return CHROMIUM
+
+
+@pytest.fixture
+async def browser(chromium_path: Path) -> AsyncIterator[Browser]:
     async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        launched = await playwright.chromium.launch(executable_path=str(chromium_path), args=CHROMIUM_ARGS)
         try:
             yield launched
         finally:
