@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from . import billing
+from . import billing, payments
 from .api import Call, Obj, created_filter, includable, paginate
 from .api_catalog import search
 from .errors import invalid_request, resource_missing
@@ -237,7 +237,7 @@ def create_refund(call: Call) -> Obj:
     if ch is None:
         raise resource_missing("charge", charge_id, param="charge")
     reason = p.enum("reason", ("duplicate", "fraudulent", "requested_by_customer"))
-    return billing.refund_charge(sb, ch, p.integer("amount"), reason, p.metadata() or {})
+    return payments.refund_charge(sb, ch, p.integer("amount"), reason, p.metadata() or {})
 
 
 def retrieve_refund(call: Call) -> Obj:

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import billing, objects
+from . import billing, objects, payments
 from .cards import Decline, check_card, decline_of
 from .errors import StripeError, invalid_request, parameter_missing, resource_missing
 from .forms import Params
@@ -212,7 +212,7 @@ def pay_session(
         from .api_catalog import new_customer
 
         customer = new_customer(sb, email=email, name=name, phone=None, description=None, metadata={})
-    pm = billing.create_payment_method(sb, card, customer["id"] if customer else None, email, name)
+    pm = payments.create_payment_method(sb, card, customer["id"] if customer else None, email, name)
     before = copy.deepcopy(session)
     items = [(sb.get("price", e["price"]), int(e["quantity"])) for e in private["line_items"]]
     if session["mode"] == "subscription":
@@ -227,7 +227,7 @@ def pay_session(
         )
         session.update(subscription=sub["id"], invoice=invoice["id"])
     else:
-        pi, _ch = billing.charge_card(
+        pi, _ch = payments.charge_card(
             sb,
             amount=session["amount_total"],
             currency=session["currency"],

@@ -7,6 +7,7 @@ host app call directly.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import logging
@@ -180,8 +181,6 @@ class Sandbox:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Sandbox]:
         """Run the webhook worker (and its httpx client) for the duration of the block."""
-        import asyncio
-
         async with httpx.AsyncClient(follow_redirects=False) as client:
             task = asyncio.create_task(self.webhooks.run(client), name="stripe-sandbox-webhooks")
             try:

@@ -23,7 +23,7 @@ Expiring a session and refunding use Stripe's real endpoints (`checkout.sessions
 
 from __future__ import annotations
 
-from . import billing, checkout
+from . import billing, checkout, payments
 from .api import Call, Obj
 from .cards import Decline
 from .errors import StripeError, invalid_request
@@ -89,4 +89,4 @@ def dispute(call: Call) -> Obj:
         "reason", ("fraudulent", "general", "product_not_received", "subscription_canceled", "duplicate")
     )
     ch = call.sb.get("charge", call.path["id"])
-    return billing.open_dispute(call.sb, ch, reason or "fraudulent")
+    return payments.open_dispute(call.sb, ch, reason or "fraudulent")

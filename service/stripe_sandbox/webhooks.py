@@ -152,6 +152,8 @@ class WebhookDispatcher:
                 self._in_flight += 1
                 try:
                     await self._attempt(client, delivery)
+                except Exception:  # one broken delivery must not stop all later webhooks
+                    log.exception("webhook delivery of %s crashed", delivery.event_id)
                 finally:
                     self._in_flight -= 1
         finally:
