@@ -13,7 +13,7 @@ from playwright.async_api import Browser, Page, expect
 
 from tests.integration.stripe_sandbox.conftest import Env, catalog
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 
 TIMEOUT_MS = 10_000
 

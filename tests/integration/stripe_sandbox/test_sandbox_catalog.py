@@ -7,8 +7,6 @@ import stripe
 
 from .conftest import Env, catalog
 
-pytestmark = pytest.mark.asyncio
-
 
 async def test_product_price_lifecycle_and_lookup_keys(env: Env) -> None:
     product, price = await catalog(env)

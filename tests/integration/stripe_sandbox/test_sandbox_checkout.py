@@ -7,8 +7,6 @@ import stripe
 
 from .conftest import Env, catalog, subscribed
 
-pytestmark = pytest.mark.asyncio
-
 
 async def test_subscription_session_create_retrieve_list(env: Env) -> None:
     _product, price = await catalog(env)

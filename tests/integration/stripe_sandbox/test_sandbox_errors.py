@@ -9,8 +9,6 @@ from service.stripe_sandbox.forms import parse_pairs
 
 from .conftest import Env, catalog, stripe_client
 
-pytestmark = pytest.mark.asyncio
-
 
 async def test_missing_and_wrong_api_key_raise_authentication_error(env: Env) -> None:
     async with stripe_client(env.base_url, api_key="sk_test_wrong_key_123456") as wrong:

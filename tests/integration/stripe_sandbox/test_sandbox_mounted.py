@@ -6,15 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app
 
 from .conftest import API_KEY, Receiver, free_port, serve, stripe_client
-
-pytestmark = pytest.mark.asyncio
 
 
 async def test_mounted_under_prefix_with_host_lifespan(receiver: Receiver) -> None:

@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 import stripe
 from stripe._api_version import _ApiVersion
 
 from service.stripe_sandbox import API_VERSION
 
 from .conftest import FIXTURES, Env, subscribed
-
-pytestmark = pytest.mark.asyncio
 
 # Keys in the fixture that the pinned API version no longer returns (or only when expanded).
 NOT_RETURNED: dict[str, set[str]] = {

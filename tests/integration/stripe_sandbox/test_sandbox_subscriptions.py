@@ -9,8 +9,6 @@ import stripe
 
 from .conftest import Env, subscribed
 
-pytestmark = pytest.mark.asyncio
-
 MONTH = 31 * 86400
 
 

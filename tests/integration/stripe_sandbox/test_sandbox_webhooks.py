@@ -7,8 +7,6 @@ import stripe
 
 from .conftest import Env, Receiver, catalog, sandbox_env, subscribed
 
-pytestmark = pytest.mark.asyncio
-
 EXPECTED_ON_CHECKOUT = {
     "customer.created",
     "invoice.created",
