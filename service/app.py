@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import httpx
 from fastapi import FastAPI
@@ -12,12 +13,21 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.billing.embedded_sandbox import embedded_sandbox
+from service.billing.plans import PlanCatalog
+from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision
+from service.example_tools import tools as example_tools
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.mcp_server.server import build_mcp_app, build_mcp_server
+from service.paywall.bus import InProcessBus, PaymentWaiters
+from service.paywall.entitlements import Entitlements
+from service.paywall.gate import GateSettings, Paywall
+from service.paywall.notifier import SessionNotifier
+from service.paywall.pages import router as payment_router
 from service.runtime import Runtime
 from service.settings import Settings
 from service.web.cookies import CookiePolicy
@@ -25,6 +35,90 @@ from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
+from service.webhooks.endpoints import router as webhook_router
+from service.webhooks.processor import WebhookProcessor
+
+
+async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
+    """Creates every long-lived resource; `stack` closes them in reverse order at shutdown."""
+    catalog = PlanCatalog.load(settings.plans_file)
+    engine = create_engine(settings.database_url)
+    stack.push_async_callback(engine.dispose)
+    sessions = create_session_factory(engine)
+    http = await stack.enter_async_context(httpx.AsyncClient(timeout=httpx.Timeout(10.0)))
+    secret_key = settings.secret_key.get_secret_value()
+    cookies = CookiePolicy(secure=not settings.is_development)
+
+    sandbox = None
+    api_base = settings.stripe_api_base
+    checkout_domain = "checkout.stripe.com"
+    if settings.embedded_stripe_sandbox:
+        embedded = await stack.enter_async_context(embedded_sandbox(settings))
+        sandbox, api_base = embedded.sandbox, embedded.api_base
+        checkout_domain = f"{urlsplit(api_base).netloc} (the built-in Stripe sandbox)"
+    gateway = StripeGateway.create(settings.stripe_secret_key.get_secret_value(), api_base, catalog)
+    stack.push_async_callback(gateway.aclose)
+    if sandbox is not None:
+        await gateway.sync_plans()
+
+    oauth = DatabaseOAuthProvider(
+        sessions,
+        public_base_url=settings.public_base_url,
+        resource_url=settings.mcp_resource_url,
+        secret_key=secret_key,
+        access_token_ttl=timedelta(seconds=settings.access_token_ttl_seconds),
+        refresh_token_ttl=timedelta(seconds=settings.refresh_token_ttl_seconds),
+        code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
+    )
+    bus = InProcessBus()
+    entitlements = Entitlements(
+        sessions,
+        grace=timedelta(seconds=settings.past_due_grace_seconds),
+        cache_seconds=settings.entitlement_cache_seconds,
+    )
+    waiters = PaymentWaiters()
+    notifier = SessionNotifier(sessions)
+    for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
+        bus.subscribe(listener)
+    toolset = example_tools
+    paywall = Paywall(
+        GateSettings(
+            public_base_url=settings.public_base_url,
+            elicitation_style=settings.elicitation_style,
+            elicitation_ttl=timedelta(seconds=settings.elicitation_ttl_seconds),
+            payment_wait_seconds=settings.payment_wait_seconds,
+            retry_wait_seconds=settings.retry_wait_seconds,
+            max_elicitations_per_hour=settings.max_elicitations_per_hour,
+        ),
+        catalog,
+        sessions,
+        entitlements,
+        waiters,
+        notifier,
+        toolset.paid_tools,
+    )
+    mcp = build_mcp_server(settings, oauth, sessions)
+    toolset.install(mcp, paywall)
+    return Runtime(
+        settings=settings,
+        engine=engine,
+        sessions=sessions,
+        http=http,
+        oauth=oauth,
+        mcp=mcp,
+        pages=Pages(settings.mcp_server_name),
+        cookies=cookies,
+        csrf=CsrfProtect(secret_key, cookies),
+        migration_head=head_revision(settings.database_url),
+        catalog=catalog,
+        stripe=gateway,
+        checkout_domain=checkout_domain,
+        bus=bus,
+        paywall=paywall,
+        notifier=notifier,
+        webhooks=WebhookProcessor(sessions, gateway, catalog, bus, paywall.satisfied_by),
+        sandbox=sandbox,
+    )
 
 
 class LateBoundApp:
@@ -53,45 +147,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = create_engine(settings.database_url)
-        sessions = create_session_factory(engine)
-        cookies = CookiePolicy(secure=not settings.is_development)
-        secret_key = settings.secret_key.get_secret_value()
-        try:
-            async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as http:
-                oauth = DatabaseOAuthProvider(
-                    sessions,
-                    public_base_url=settings.public_base_url,
-                    resource_url=settings.mcp_resource_url,
-                    secret_key=secret_key,
-                    access_token_ttl=timedelta(seconds=settings.access_token_ttl_seconds),
-                    refresh_token_ttl=timedelta(seconds=settings.refresh_token_ttl_seconds),
-                    code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
-                )
-                mcp = build_mcp_server(settings, oauth, sessions)
-                mcp_app = build_mcp_app(mcp, settings)
-                # Inside the MCP app's own error middleware, which would otherwise answer 500 first.
-                mcp_app.add_middleware(DatabaseUnavailableMiddleware)
-                app.state.runtime = Runtime(
-                    settings=settings,
-                    engine=engine,
-                    sessions=sessions,
-                    http=http,
-                    oauth=oauth,
-                    mcp=mcp,
-                    pages=Pages(settings.mcp_server_name),
-                    cookies=cookies,
-                    csrf=CsrfProtect(secret_key, cookies),
-                    migration_head=head_revision(settings.database_url),
-                )
-                async with mcp.session_manager.run():
-                    mcp_mount.app = mcp_app
-                    try:
-                        yield
-                    finally:
-                        mcp_mount.app = None
-        finally:
-            await engine.dispose()
+        async with AsyncExitStack() as stack:
+            app.state.runtime = await _start_runtime(settings, stack)
+            mcp = app.state.runtime.mcp
+            mcp_app = build_mcp_app(mcp, settings)
+            # Inside the MCP app's own error middleware, which would otherwise answer 500 first.
+            mcp_app.add_middleware(DatabaseUnavailableMiddleware)
+            await stack.enter_async_context(mcp.session_manager.run())
+            mcp_mount.app = mcp_app
+            stack.callback(setattr, mcp_mount, "app", None)
+            yield
 
     app = FastAPI(
         title=settings.mcp_server_name,
@@ -104,6 +169,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     app.include_router(health_router)
     app.include_router(identity_router)
+    app.include_router(payment_router)
+    app.include_router(webhook_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Last, so our own routes win: /mcp, OAuth metadata, /authorize, /token, /register, /revoke.
     app.mount("/", mcp_mount, name="mcp")

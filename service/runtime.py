@@ -8,12 +8,19 @@ import httpx
 from mcp.server import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.billing.plans import PlanCatalog
+from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.paywall.bus import InProcessBus
+from service.paywall.gate import Paywall
+from service.paywall.notifier import SessionNotifier
 from service.settings import Settings
+from service.stripe_sandbox import Sandbox
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.pages import Pages
+from service.webhooks.processor import WebhookProcessor
 
 
 @dataclass
@@ -28,3 +35,11 @@ class Runtime:
     cookies: CookiePolicy
     csrf: CsrfProtect
     migration_head: str | None
+    catalog: PlanCatalog
+    stripe: StripeGateway
+    checkout_domain: str
+    bus: InProcessBus
+    paywall: Paywall
+    notifier: SessionNotifier
+    webhooks: WebhookProcessor
+    sandbox: Sandbox | None

@@ -8,11 +8,14 @@ so a production deployment cannot run on a secret that is printed in this file.
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from service.billing.plans import DEFAULT_PLANS_FILE
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - the refused-outside-development default
 DEV_WEBHOOK_SECRET = "whsec_dev_sandbox_secret"  # noqa: S105
@@ -56,6 +59,19 @@ class Settings(BaseSettings):
     stripe_secret_key: SecretStr = SecretStr(SANDBOX_SECRET_KEY)
     stripe_webhook_secret: CsvList = [DEV_WEBHOOK_SECRET]
     stripe_api_base: str | None = None
+    stripe_sandbox_port: int = Field(default=8001, ge=0, le=65535)
+    stripe_sandbox_state_file: Path | None = Path("var/stripe-sandbox.json")
+    stripe_sandbox_adversarial: bool = False
+
+    plans_file: Path = DEFAULT_PLANS_FILE
+    elicitation_style: Literal["error", "request"] = "error"
+    elicitation_ttl_seconds: int = Field(default=24 * 3600, ge=60)
+    payment_wait_seconds: float = Field(default=600.0, gt=0)
+    retry_wait_seconds: float = Field(default=25.0, ge=0)
+    past_due_grace_seconds: int = Field(default=3 * 24 * 3600, ge=0)
+    entitlement_cache_seconds: float = Field(default=30.0, ge=0)
+    max_elicitations_per_hour: int = Field(default=20, ge=1)
+    max_checkouts_per_hour: int = Field(default=10, ge=1)
 
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
@@ -110,6 +126,17 @@ class Settings(BaseSettings):
     def uses_stripe_sandbox(self) -> bool:
         """True when no real Stripe key is configured: the service then serves the built-in sandbox."""
         return self.stripe_secret_key.get_secret_value() == SANDBOX_SECRET_KEY
+
+    @property
+    def embedded_stripe_sandbox(self) -> bool:
+        """Serve the sandbox ourselves: sandbox key and no API base pointing elsewhere."""
+        return self.uses_stripe_sandbox and not self.stripe_api_base
+
+    @property
+    def internal_base_url(self) -> str:
+        """How this process reaches itself over loopback (the embedded sandbox posts webhooks here)."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
 
     @property
     def mcp_resource_url(self) -> str:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Column, Index, Text
+from sqlalchemy import Index, Text
 from sqlmodel import Field, SQLModel
 
-from service.db.metadata import UTCDateTime, utcnow
-
-
-def _utc_column(*, nullable: bool = False, index: bool = False) -> Column[datetime]:
-    return Column(UTCDateTime(), nullable=nullable, index=index)
+from service.db.columns import utc_column as _utc_column
+from service.db.metadata import utcnow
 
 
 class User(SQLModel, table=True):

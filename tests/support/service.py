@@ -29,6 +29,8 @@ def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
         "public_base_url": f"http://127.0.0.1:{port}",
         "port": port,
         "log_level": "WARNING",
+        "stripe_sandbox_port": 0,
+        "stripe_sandbox_state_file": None,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]

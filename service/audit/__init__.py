@@ -1,0 +1,1 @@
+"""The audit trail: security-relevant and money-relevant events, append-only."""

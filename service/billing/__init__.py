@@ -1,0 +1,1 @@
+"""Plans, Stripe customers and subscriptions, entitlements, and the Stripe webhook."""

@@ -1,0 +1,162 @@
+"""Every call the service makes to Stripe, through stripe-python's async `StripeClient`.
+
+The same code talks to the built-in sandbox and to Stripe itself; only the API base and key
+differ. Idempotency keys are derived from our own ids, so a retried request never makes a second
+customer or checkout session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import stripe
+
+from service.billing.plans import Plan, PlanCatalog
+
+
+class PriceNotFound(Exception):
+    """The plan's price does not exist in the configured Stripe account: run `stripe sync-plans`."""
+
+
+@dataclass(frozen=True)
+class CheckoutRequest:
+    customer_id: str
+    price_id: str
+    user_id: str
+    elicitation_id: str
+    plan_id: str
+    success_url: str
+    cancel_url: str
+    expires_at: int
+    idempotency_key: str
+
+
+class StripeGateway:
+    def __init__(
+        self, client: stripe.StripeClient, http_client: stripe.HTTPXClient, catalog: PlanCatalog
+    ) -> None:
+        self._client = client
+        self._http_client = http_client
+        self._catalog = catalog
+        self._price_ids: dict[str, str] = {}
+
+    @classmethod
+    def create(cls, api_key: str, api_base: str | None, catalog: PlanCatalog) -> StripeGateway:
+        http_client = stripe.HTTPXClient(timeout=20, allow_sync_methods=False)
+        base_addresses: dict[str, str | None] = {"api": api_base} if api_base else {}
+        client = stripe.StripeClient(
+            api_key,
+            base_addresses=base_addresses,  # type: ignore[arg-type]
+            http_client=http_client,
+            max_network_retries=2,
+        )
+        return cls(client, http_client, catalog)
+
+    @property
+    def client(self) -> stripe.StripeClient:
+        return self._client
+
+    async def aclose(self) -> None:
+        await self._http_client.close_async()  # type: ignore[no-untyped-call]
+
+    # -- catalog ---------------------------------------------------------------------------
+
+    async def find_price(self, plan: Plan) -> stripe.Price | None:
+        prices = await self._client.v1.prices.list_async(
+            params={"lookup_keys": [plan.lookup_key], "active": True, "limit": 1}
+        )
+        return prices.data[0] if prices.data else None
+
+    async def price_id(self, plan: Plan) -> str:
+        cached = self._price_ids.get(plan.id)
+        if cached is not None:
+            return cached
+        price = await self.find_price(plan)
+        if price is None:
+            raise PriceNotFound(f"no active Stripe price with lookup key {plan.lookup_key!r}")
+        self._price_ids[plan.id] = price.id
+        return price.id
+
+    async def sync_plans(self) -> list[tuple[Plan, str, bool]]:
+        """Create each plan's product and price unless a price with its lookup key exists.
+
+        Returns (plan, price id, created). A price whose amount, currency or interval differs from
+        the plans file is an error to fix in Stripe, not something to overwrite silently.
+        """
+        results: list[tuple[Plan, str, bool]] = []
+        for plan in self._catalog.all():
+            price = await self.find_price(plan)
+            if price is not None:
+                recurring = price.recurring
+                if (
+                    price.unit_amount != plan.amount
+                    or price.currency != plan.currency
+                    or recurring is None
+                    or recurring.interval != plan.interval
+                ):
+                    raise PriceNotFound(
+                        f"price {price.id} for lookup key {plan.lookup_key!r} does not match plan {plan.id!r}"
+                    )
+                results.append((plan, price.id, False))
+                self._price_ids[plan.id] = price.id
+                continue
+            product = await self._client.v1.products.create_async(
+                params={"name": plan.name, "metadata": {"plan_id": plan.id}},
+                options={"idempotency_key": f"product:{plan.lookup_key}"},
+            )
+            created = await self._client.v1.prices.create_async(
+                params={
+                    "product": product.id,
+                    "unit_amount": plan.amount,
+                    "currency": plan.currency,
+                    "recurring": {"interval": plan.interval},
+                    "lookup_key": plan.lookup_key,
+                    "metadata": {"plan_id": plan.id},
+                },
+                options={"idempotency_key": f"price:{plan.lookup_key}:{plan.amount}{plan.currency}{plan.interval}"},
+            )
+            self._price_ids[plan.id] = created.id
+            results.append((plan, created.id, True))
+        return results
+
+    # -- customers and checkout ------------------------------------------------------------
+
+    async def create_customer(self, user_id: str, username: str) -> str:
+        customer = await self._client.v1.customers.create_async(
+            params={"description": username, "metadata": {"user_id": user_id}},
+            options={"idempotency_key": f"customer:{user_id}"},
+        )
+        return customer.id
+
+    async def create_checkout_session(self, request: CheckoutRequest) -> stripe.checkout.Session:
+        metadata = {
+            "user_id": request.user_id,
+            "elicitation_id": request.elicitation_id,
+            "plan_id": request.plan_id,
+        }
+        return await self._client.v1.checkout.sessions.create_async(
+            params={
+                "mode": "subscription",
+                "customer": request.customer_id,
+                "client_reference_id": request.user_id,
+                "line_items": [{"price": request.price_id, "quantity": 1}],
+                "metadata": metadata,
+                "subscription_data": {"metadata": metadata},
+                "success_url": request.success_url,
+                "cancel_url": request.cancel_url,
+                "expires_at": request.expires_at,
+            },
+            options={"idempotency_key": request.idempotency_key},
+        )
+
+    async def retrieve_checkout_session(self, session_id: str) -> stripe.checkout.Session:
+        return await self._client.v1.checkout.sessions.retrieve_async(session_id)
+
+    async def retrieve_subscription(self, subscription_id: str) -> stripe.Subscription:
+        return await self._client.v1.subscriptions.retrieve_async(subscription_id)
+
+    async def create_portal_session(self, customer_id: str, return_url: str) -> str:
+        portal = await self._client.v1.billing_portal.sessions.create_async(
+            params={"customer": customer_id, "return_url": return_url}
+        )
+        return portal.url

@@ -1,0 +1,139 @@
+"""Subscription state from Stripe objects, and the entitlement rule built on it.
+
+State only moves forward: an object older than what we already applied is ignored, and a
+subscription that reached a terminal status is never revived by a late event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.billing.models import StripeCustomer, Subscription
+from service.billing.plans import PlanCatalog
+from service.db.metadata import utcnow
+
+ENTITLING_STATUSES = frozenset({"active", "trialing"})
+TERMINAL_STATUSES = frozenset({"canceled", "incomplete_expired"})
+
+
+class SubscriptionRejected(Exception):
+    """A Stripe subscription we cannot attribute to a user or a plan; never grants anything."""
+
+
+@dataclass(frozen=True)
+class SubscriptionChange:
+    subscription_id: str
+    user_id: str
+    plan_id: str
+    old_status: str | None
+    new_status: str
+    applied: bool
+
+
+def _field(obj: Mapping[str, Any] | Any, name: str) -> Any:
+    try:
+        return obj[name]
+    except (KeyError, TypeError):
+        return None
+
+
+def _period_end(subscription: Mapping[str, Any]) -> datetime | None:
+    # At the API version stripe-python 16 pins, billing periods live on subscription items.
+    items = _field(_field(subscription, "items"), "data") or []
+    ends = [_field(item, "current_period_end") for item in items]
+    ends = [end for end in ends if isinstance(end, int)]
+    legacy_end = _field(subscription, "current_period_end")
+    if not ends and isinstance(legacy_end, int):
+        ends = [legacy_end]
+    return datetime.fromtimestamp(max(ends), UTC) if ends else None
+
+
+def plan_of(subscription: Mapping[str, Any], catalog: PlanCatalog) -> str | None:
+    for item in _field(_field(subscription, "items"), "data") or []:
+        plan = catalog.by_lookup_key(_field(_field(item, "price"), "lookup_key"))
+        if plan is not None:
+            return plan.id
+    metadata_plan = _field(_field(subscription, "metadata"), "plan_id")
+    return metadata_plan if isinstance(metadata_plan, str) and catalog.get(metadata_plan) else None
+
+
+async def user_for_customer(session: AsyncSession, customer_id: str) -> str | None:
+    result = await session.exec(select(StripeCustomer).where(col(StripeCustomer.customer_id) == customer_id))
+    row = result.first()
+    return row.user_id if row else None
+
+
+async def apply_subscription(
+    session: AsyncSession, subscription: Any, *, observed_at: int, catalog: PlanCatalog
+) -> SubscriptionChange:
+    """Upsert our copy of `subscription` as Stripe described it at `observed_at` (epoch seconds)."""
+    subscription_id = _field(subscription, "id")
+    customer_id = _field(subscription, "customer")
+    customer_id = _field(customer_id, "id") or customer_id
+    status = _field(subscription, "status")
+    if (
+        not isinstance(subscription_id, str)
+        or not isinstance(customer_id, str)
+        or not isinstance(status, str)
+    ):
+        raise SubscriptionRejected("subscription object lacks id, customer or status")
+    user_id = await user_for_customer(session, customer_id)
+    if user_id is None:
+        raise SubscriptionRejected(f"customer {customer_id} is not bound to a user")
+    claimed = _field(_field(subscription, "metadata"), "user_id")
+    if claimed and claimed != user_id:
+        raise SubscriptionRejected(f"subscription metadata names {claimed}, customer belongs to {user_id}")
+    plan_id = plan_of(subscription, catalog)
+    if plan_id is None:
+        raise SubscriptionRejected(f"subscription {subscription_id} has no price of a known plan")
+
+    row = await session.get(Subscription, subscription_id, with_for_update=True)
+    old_status = row.status if row else None
+    if row is not None and (
+        observed_at < row.stripe_updated or (row.status in TERMINAL_STATUSES and status != row.status)
+    ):
+        return SubscriptionChange(subscription_id, user_id, plan_id, old_status, row.status, applied=False)
+    now = utcnow()
+    if row is None:
+        row = Subscription(
+            id=subscription_id, user_id=user_id, customer_id=customer_id, plan_id=plan_id, status=status
+        )
+    row.plan_id = plan_id
+    if status == "past_due" and row.past_due_since is None:
+        row.past_due_since = now
+    elif status != "past_due":
+        row.past_due_since = None
+    row.status = status
+    row.cancel_at_period_end = bool(_field(subscription, "cancel_at_period_end"))
+    row.current_period_end = _period_end(subscription)
+    row.stripe_updated = observed_at
+    row.updated_at = now
+    session.add(row)
+    await session.flush()
+    return SubscriptionChange(subscription_id, user_id, plan_id, old_status, status, applied=True)
+
+
+def grants_access(row: Subscription, *, grace: timedelta, now: datetime) -> bool:
+    if row.status in ENTITLING_STATUSES:
+        return True
+    if row.status == "past_due" and row.past_due_since is not None:
+        return now - row.past_due_since < grace
+    return False
+
+
+async def entitled_plan_ids(session: AsyncSession, user_id: str, *, grace: timedelta) -> set[str]:
+    result = await session.exec(select(Subscription).where(col(Subscription.user_id) == user_id))
+    now = utcnow()
+    return {row.plan_id for row in result.all() if grants_access(row, grace=grace, now=now)}
+
+
+async def is_entitled(
+    session: AsyncSession, user_id: str, plan_ids: Iterable[str], *, grace: timedelta
+) -> bool:
+    return not (await entitled_plan_ids(session, user_id, grace=grace)).isdisjoint(plan_ids)

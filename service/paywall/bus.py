@@ -1,0 +1,80 @@
+"""The completion bus: how the webhook path tells every interested party that money landed.
+
+Listeners: the entitlement cache, retries and `elicitation/create` calls waiting for a payment, and
+the notifier that owes legacy sessions their `notifications/elicitation/complete`. This in-process
+bus serves one process; a multi-replica bus keeps the same interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EntitlementChanged:
+    user_id: str
+    completed_elicitation_ids: tuple[str, ...] = ()
+
+
+Listener = Callable[[EntitlementChanged], Awaitable[None]]
+
+
+@dataclass
+class InProcessBus:
+    _listeners: list[Listener] = field(default_factory=list)
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    async def publish(self, event: EntitlementChanged) -> None:
+        """Runs every listener; one failing listener does not starve the others."""
+        results = await asyncio.gather(
+            *(listener(event) for listener in self._listeners), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                logger.error("completion listener failed", exc_info=result)
+
+
+class PaymentWaiters:
+    """Lets a request wait, bounded, for the calling user's entitlement to change.
+
+    Register first (`watch`), then check, then wait: a change that lands between the check and
+    the wait still wakes the waiter.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, set[asyncio.Event]] = {}
+
+    @contextmanager
+    def watch(self, user_id: str) -> Iterator[asyncio.Event]:
+        event = asyncio.Event()
+        self._waiting.setdefault(user_id, set()).add(event)
+        try:
+            yield event
+        finally:
+            events = self._waiting.get(user_id)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._waiting[user_id]
+
+    async def on_change(self, change: EntitlementChanged) -> None:
+        for event in self._waiting.get(change.user_id, ()):
+            event.set()
+
+
+async def wait_for(event: asyncio.Event, seconds: float) -> bool:
+    """True if `event` was set within `seconds`."""
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True

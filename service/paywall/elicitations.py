@@ -1,0 +1,142 @@
+"""Elicitation records: create or reuse, look up, complete, expire. Callers own the transaction."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, func, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.audit.service import AuditKind, record
+from service.db.metadata import utcnow
+from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
+
+
+class RateLimited(Exception):
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+@dataclass(frozen=True)
+class ElicitationRequest:
+    user_id: str
+    plan_id: str
+    tool_name: str
+    protocol_era: str
+    mcp_session_id: str | None
+    ttl: timedelta
+    max_new_per_hour: int
+
+
+def new_elicitation_id() -> str:
+    return f"el_{secrets.token_urlsafe(24)}"
+
+
+async def _open_for(session: AsyncSession, user_id: str, plan_id: str) -> Elicitation | None:
+    result = await session.exec(
+        select(Elicitation).where(
+            col(Elicitation.user_id) == user_id,
+            col(Elicitation.plan_id) == plan_id,
+            col(Elicitation.status) == ElicitationStatus.OPEN.value,
+        )
+    )
+    return result.first()
+
+
+async def open_or_reuse(session: AsyncSession, request: ElicitationRequest) -> tuple[Elicitation, bool]:
+    """The user's open elicitation for this plan, or a new one; (elicitation, created)."""
+    now = utcnow()
+    existing = await _open_for(session, request.user_id, request.plan_id)
+    if existing is not None and existing.expires_at > now:
+        await _remember_session(session, existing.id, request.mcp_session_id)
+        return existing, False
+    if existing is not None:
+        existing.status = ElicitationStatus.EXPIRED.value
+        session.add(existing)
+        await session.flush()
+
+    recent = await session.exec(
+        select(func.count()).where(
+            col(Elicitation.user_id) == request.user_id,
+            col(Elicitation.created_at) >= now - timedelta(hours=1),
+        )
+    )
+    if int(recent.one()) >= request.max_new_per_hour:
+        raise RateLimited("too many payment links requested in the last hour", retry_after_seconds=3600)
+
+    elicitation = Elicitation(
+        id=new_elicitation_id(),
+        user_id=request.user_id,
+        plan_id=request.plan_id,
+        tool_name=request.tool_name,
+        mcp_session_id=request.mcp_session_id,
+        protocol_era=request.protocol_era,
+        expires_at=now + request.ttl,
+    )
+    try:
+        async with session.begin_nested():
+            session.add(elicitation)
+    except IntegrityError:
+        # Another call created it between our read and our insert: use theirs.
+        raced = await _open_for(session, request.user_id, request.plan_id)
+        if raced is None:
+            raise
+        await _remember_session(session, raced.id, request.mcp_session_id)
+        return raced, False
+    await _remember_session(session, elicitation.id, request.mcp_session_id)
+    await record(
+        session,
+        AuditKind.ELICITATION_CREATED,
+        user_id=request.user_id,
+        elicitation_id=elicitation.id,
+        plan=request.plan_id,
+        tool=request.tool_name,
+        era=request.protocol_era,
+    )
+    return elicitation, True
+
+
+async def _remember_session(session: AsyncSession, elicitation_id: str, mcp_session_id: str | None) -> None:
+    if mcp_session_id is None:
+        return
+    if await session.get(ElicitationDelivery, (elicitation_id, mcp_session_id)) is None:
+        session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session_id))
+        await session.flush()
+
+
+async def complete_satisfied(
+    session: AsyncSession, user_id: str, *, satisfied: Callable[[Elicitation], bool]
+) -> list[Elicitation]:
+    """Complete every open elicitation of the user that `satisfied` accepts; returns them."""
+    result = await session.exec(
+        select(Elicitation).where(
+            col(Elicitation.user_id) == user_id, col(Elicitation.status) == ElicitationStatus.OPEN.value
+        )
+    )
+    now = utcnow()
+    completed = []
+    for elicitation in result.all():
+        if satisfied(elicitation):
+            elicitation.status = ElicitationStatus.COMPLETED.value
+            elicitation.completed_at = now
+            session.add(elicitation)
+            completed.append(elicitation)
+    await session.flush()
+    return completed
+
+
+async def undelivered(session: AsyncSession, elicitation_ids: Iterable[str]) -> list[ElicitationDelivery]:
+    ids = list(elicitation_ids)
+    if not ids:
+        return []
+    result = await session.exec(
+        select(ElicitationDelivery).where(
+            col(ElicitationDelivery.elicitation_id).in_(ids), col(ElicitationDelivery.delivered_at).is_(None)
+        )
+    )
+    return list(result.all())

@@ -1,0 +1,221 @@
+"""The gate in front of every paid tool: entitled callers pass, everyone else gets a URL elicitation.
+
+How the elicitation reaches the user depends on the protocol era and what the client declared:
+- 2026-07-28: an `InputRequiredResult` with a URL `ElicitRequest` and a sealed `request_state`;
+  the retry waits (bounded) for the payment, then runs the tool or asks again.
+- 2025-11-25 with `url` support: JSON-RPC error -32042 (default), or `elicitation/create` in URL
+  mode followed by a bounded wait, per tool or service-wide.
+- 2025-11-25 without `url` support: never a URL-mode request, but a tool error with the link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp_types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestURLParams,
+    InputRequiredResult,
+    TextContent,
+)
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from service.billing.plans import Plan, PlanCatalog
+from service.db.engine import SessionFactory
+from service.mcp_server.caller import Caller, current_caller
+from service.paywall.bus import PaymentWaiters, wait_for
+from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
+from service.paywall.entitlements import Entitlements
+from service.paywall.models import Elicitation
+from service.paywall.notifier import SessionNotifier
+from service.paywall.toolset import ElicitationStyle, PaidTool
+
+INPUT_REQUEST_KEY = "payment"
+PROGRESS_INTERVAL_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    public_base_url: str
+    elicitation_style: ElicitationStyle
+    elicitation_ttl: timedelta
+    payment_wait_seconds: float
+    retry_wait_seconds: float
+    max_elicitations_per_hour: int
+
+
+def error_result(text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+class Paywall:
+    def __init__(
+        self,
+        settings: GateSettings,
+        catalog: PlanCatalog,
+        sessions: SessionFactory,
+        entitlements: Entitlements,
+        waiters: PaymentWaiters,
+        notifier: SessionNotifier,
+        paid_tools: dict[str, PaidTool],
+    ) -> None:
+        self._settings = settings
+        self._catalog = catalog
+        self._sessions = sessions
+        self._entitlements = entitlements
+        self._waiters = waiters
+        self._notifier = notifier
+        self._paid_tools = paid_tools
+
+    def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
+        """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
+        named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
+        listed = self._catalog.plans_unlocking(tool.name)
+        unique = {plan.id: plan for plan in [*named, *listed]}
+        return sorted(unique.values(), key=lambda plan: plan.amount)
+
+    def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
+        """Whether the user's plans now unlock the tool this elicitation was opened for."""
+        tool = self._paid_tools.get(elicitation.tool_name)
+        unlocking = {plan.id for plan in self.unlocking_plans(tool)} if tool else set()
+        return not entitled_plan_ids.isdisjoint(unlocking | {elicitation.plan_id})
+
+    def payment_url(self, elicitation_id: str) -> str:
+        return f"{self._settings.public_base_url}/pay/{elicitation_id}"
+
+    async def guard(
+        self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
+    ) -> CallToolResult | InputRequiredResult | None:
+        caller = current_caller()
+        plans = self.unlocking_plans(tool)
+        if not plans:
+            return error_result(f"{tool.name} is not offered in any plan right now.")
+        plan_ids = [plan.id for plan in plans]
+        if await self._entitlements.allows(caller.user_id, plan_ids):
+            return None
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            return await self._legacy(ctx, caller, tool, plans)
+        return await self._modern(ctx, caller, tool, plans)
+
+    # -- 2026-07-28 --------------------------------------------------------------------------
+
+    async def _modern(
+        self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan]
+    ) -> CallToolResult | InputRequiredResult | None:
+        plan_ids = [plan.id for plan in plans]
+        # A retry carries the sealed state, which proves it is this user's retry of this very call.
+        retry_wait = self._settings.retry_wait_seconds
+        if ctx.request_state is not None and await self._wait_for_payment(
+            ctx, caller.user_id, plan_ids, retry_wait
+        ):
+            return None
+        try:
+            elicitation = await self._open(
+                caller, tool, plans[0], ctx.protocol_version or "", mcp_session_id=None
+            )
+        except RateLimited as exc:
+            return error_result(_rate_limited_text(exc))
+        return InputRequiredResult(
+            input_requests={
+                INPUT_REQUEST_KEY: ElicitRequest(
+                    params=ElicitRequestURLParams(
+                        mode="url",
+                        message=self._message(tool, plans[0]),
+                        url=self.payment_url(elicitation.id),
+                        elicitation_id=elicitation.id,
+                    )
+                )
+            },
+            request_state=elicitation.id,
+        )
+
+    # -- 2025-11-25 --------------------------------------------------------------------------
+
+    async def _legacy(
+        self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan]
+    ) -> CallToolResult | None:
+        plan = plans[0]
+        capabilities = ctx.client_capabilities
+        supports_url = bool(
+            capabilities and capabilities.elicitation and capabilities.elicitation.url is not None
+        )
+        session_id = (ctx.headers or {}).get("mcp-session-id") if supports_url else None
+        try:
+            elicitation = await self._open(
+                caller, tool, plan, ctx.protocol_version or "", mcp_session_id=session_id
+            )
+        except RateLimited as exc:
+            return error_result(_rate_limited_text(exc))
+        url = self.payment_url(elicitation.id)
+        if not supports_url:
+            return error_result(
+                f"{self._message(tool, plan)} Open {url} in your browser to subscribe, "
+                f"then call {tool.name} again."
+            )
+        if session_id is not None:
+            self._notifier.hold(session_id, ctx.session)
+        params = ElicitRequestURLParams(
+            mode="url", message=self._message(tool, plan), url=url, elicitation_id=elicitation.id
+        )
+        if (tool.elicitation or self._settings.elicitation_style) == "error":
+            raise UrlElicitationRequiredError([params])
+
+        answer = await ctx.elicit_url(params.message, url, elicitation.id)
+        if answer.action == "decline":
+            return error_result(
+                f"You declined to subscribe; {tool.name} did not run. Call it again any time."
+            )
+        if answer.action == "cancel":
+            return error_result(f"Subscription cancelled; {tool.name} did not run.")
+        plan_ids = [candidate.id for candidate in plans]
+        if await self._wait_for_payment(ctx, caller.user_id, plan_ids, self._settings.payment_wait_seconds):
+            return None
+        return error_result(
+            f"Your payment has not been confirmed yet. Once it is, call {tool.name} again: {url}"
+        )
+
+    # -- shared ------------------------------------------------------------------------------
+
+    async def _open(
+        self, caller: Caller, tool: PaidTool, plan: Plan, era: str, *, mcp_session_id: str | None
+    ) -> Elicitation:
+        request = ElicitationRequest(
+            user_id=caller.user_id,
+            plan_id=plan.id,
+            tool_name=tool.name,
+            protocol_era=era,
+            mcp_session_id=mcp_session_id,
+            ttl=self._settings.elicitation_ttl,
+            max_new_per_hour=self._settings.max_elicitations_per_hour,
+        )
+        async with self._sessions() as session, session.begin():
+            elicitation, _ = await open_or_reuse(session, request)
+        return elicitation
+
+    async def _wait_for_payment(self, ctx: Context, user_id: str, plan_ids: list[str], bound: float) -> bool:
+        """Wait up to `bound` seconds for an entitlement, reporting progress; True once entitled."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            with self._waiters.watch(user_id) as changed:
+                if await self._entitlements.allows(user_id, plan_ids, fresh=True):
+                    return True
+                elapsed = loop.time() - started
+                if elapsed >= bound:
+                    return False
+                await ctx.report_progress(elapsed, bound, "Waiting for Stripe to confirm the payment")
+                await wait_for(changed, min(bound - elapsed, PROGRESS_INTERVAL_SECONDS))
+
+    def _message(self, tool: PaidTool, plan: Plan) -> str:
+        return f"{tool.name} needs the {plan.name} plan ({plan.price_label}). Subscribe securely with Stripe."
+
+
+def _rate_limited_text(exc: RateLimited) -> str:
+    minutes = max(1, exc.retry_after_seconds // 60)
+    return f"Too many payment links requested; try again in about {minutes} minutes."

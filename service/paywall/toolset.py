@@ -1,0 +1,147 @@
+"""Declaring tools, free or paid, without touching the server: the surface tool authors use.
+
+    tools = ToolSet()
+
+    @tools.free(description="...")
+    def text_stats(text: str) -> TextStats: ...
+
+    @tools.paid("pro", "team", description="...")
+    def ascii_chart(values: list[float]) -> str: ...
+
+`install` registers them on an `MCPServer`; each paid tool is wrapped so the paywall runs before
+the tool body, in every protocol era. The tool body itself never sees payment concerns.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+import anyio.to_thread
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp_types import CallToolResult, InputRequiredResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+ElicitationStyle = Literal["error", "request"]
+_GATE_CONTEXT = "paywall_context"
+
+
+class PaywallGate(Protocol):
+    """What a paid tool consults before running; None means the caller may proceed."""
+
+    async def guard(
+        self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
+    ) -> CallToolResult | InputRequiredResult | None: ...
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    fn: Callable[..., Any]
+    name: str
+    description: str | None
+    title: str | None
+
+
+@dataclass(frozen=True)
+class PaidTool(ToolSpec):
+    plans: tuple[str, ...] = ()
+    elicitation: ElicitationStyle | None = None  # None: the service-wide setting
+
+
+@dataclass
+class ToolSet:
+    tools: list[ToolSpec] = field(default_factory=list)
+
+    def free(
+        self, *, name: str | None = None, description: str | None = None, title: str | None = None
+    ) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            self.tools.append(ToolSpec(fn, name or fn.__name__, description, title))
+            return fn
+
+        return register
+
+    def paid(
+        self,
+        *plans: str,
+        name: str | None = None,
+        description: str | None = None,
+        title: str | None = None,
+        elicitation: ElicitationStyle | None = None,
+    ) -> Callable[[F], F]:
+        """Mark a tool as paid: callers need a subscription to one of `plans`."""
+        if not plans:
+            raise ValueError("a paid tool names at least one plan")
+
+        def register(fn: F) -> F:
+            self.tools.append(
+                PaidTool(fn, name or fn.__name__, description, title, tuple(plans), elicitation)
+            )
+            return fn
+
+        return register
+
+    @property
+    def paid_tools(self) -> dict[str, PaidTool]:
+        return {spec.name: spec for spec in self.tools if isinstance(spec, PaidTool)}
+
+    def install(self, server: MCPServer, gate: PaywallGate) -> None:
+        for spec in self.tools:
+            fn = _gated(spec, gate) if isinstance(spec, PaidTool) else spec.fn
+            server.add_tool(
+                fn, name=spec.name, title=spec.title, description=spec.description or spec.fn.__doc__
+            )
+
+
+def _gated(spec: PaidTool, gate: PaywallGate) -> Callable[..., Awaitable[Any]]:
+    """A wrapper with the tool's own parameters plus a Context, so the SDK builds the same schema."""
+    fn = spec.fn
+    signature = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    own_context = next((name for name, hint in hints.items() if _is_context(hint)), None)
+    parameters = [
+        param.replace(annotation=hints.get(param.name, param.annotation))
+        for param in signature.parameters.values()
+    ]
+    context_name = own_context or _GATE_CONTEXT
+    if own_context is None:
+        parameters.append(
+            inspect.Parameter(_GATE_CONTEXT, inspect.Parameter.KEYWORD_ONLY, annotation=Context)
+        )
+    is_async = inspect.iscoroutinefunction(fn)
+
+    @functools.wraps(fn)
+    async def wrapper(**kwargs: Any) -> Any:
+        ctx: Context = kwargs[context_name]
+        arguments = {key: value for key, value in kwargs.items() if key != context_name}
+        refusal = await gate.guard(ctx, spec, arguments)
+        if refusal is not None:
+            return refusal
+        call_kwargs = kwargs if own_context else arguments
+        if is_async:
+            return await fn(**call_kwargs)
+        # Like the SDK does for sync tools: keep the event loop free.
+        return await anyio.to_thread.run_sync(functools.partial(fn, **call_kwargs))
+
+    return_hint = hints.get("return", signature.return_annotation)
+    wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=parameters, return_annotation=return_hint
+    )
+    wrapper.__annotations__ = {
+        **{param.name: param.annotation for param in parameters},
+        "return": return_hint,
+    }
+    # The SDK must see the wrapper's own signature, not follow __wrapped__ to the tool's.
+    del wrapper.__wrapped__
+    return wrapper
+
+
+def _is_context(hint: Any) -> bool:
+    if inspect.isclass(hint) and issubclass(hint, Context):
+        return True
+    return any(inspect.isclass(arg) and issubclass(arg, Context) for arg in typing.get_args(hint))

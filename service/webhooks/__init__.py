@@ -1,0 +1,1 @@
+"""`POST /webhooks/stripe`: verify, store once, apply in the same transaction, then announce."""

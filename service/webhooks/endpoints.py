@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from service.audit.service import AuditKind, record
+from service.dependencies import RuntimeDep
+from service.webhooks.verification import WebhookRejected, verify_event
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["webhooks"])
+
+MAX_WEBHOOK_BYTES = 1024 * 1024
+
+
+@router.post("/webhooks/stripe")
+async def stripe_webhook(request: Request, runtime: RuntimeDep) -> JSONResponse:
+    payload = await request.body()
+    if len(payload) > MAX_WEBHOOK_BYTES:
+        return JSONResponse({"error": "payload too large"}, status_code=413)
+    try:
+        event = verify_event(
+            payload, request.headers.get("stripe-signature"), runtime.settings.stripe_webhook_secret
+        )
+    except WebhookRejected as exc:
+        logger.warning("stripe webhook rejected: %s", exc)
+        async with runtime.sessions() as session, session.begin():
+            await record(session, AuditKind.WEBHOOK_REJECTED, reason=str(exc))
+        return JSONResponse({"error": "invalid_signature", "detail": str(exc)}, status_code=400)
+    outcome = await runtime.webhooks.process(event)
+    return JSONResponse({"received": True, "outcome": outcome.status})
