@@ -10,14 +10,17 @@ from typing import Any
 
 import httpx
 import httpx2
+import stripe
+from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from service.app import create_app
-from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
 from service.identity.models import User
+from service.runtime import Runtime
 from service.settings import Settings
+from service.stripe_sandbox import Sandbox
 from tests.support.servers import bound_socket, port_of, serve
 
 DEFAULT_PASSWORD = "correct horse battery"
@@ -40,6 +43,21 @@ def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
 class RunningService:
     base_url: str
     settings: Settings
+    app: FastAPI
+
+    @property
+    def runtime(self) -> Runtime:
+        runtime: Runtime = self.app.state.runtime
+        return runtime
+
+    @property
+    def sandbox(self) -> Sandbox:
+        assert self.runtime.sandbox is not None, "this service talks to another Stripe"
+        return self.runtime.sandbox
+
+    @property
+    def stripe(self) -> stripe.StripeClient:
+        return self.runtime.stripe.client
 
     @property
     def mcp_url(self) -> str:
@@ -47,12 +65,18 @@ class RunningService:
 
     @asynccontextmanager
     async def _session(self) -> AsyncIterator[Any]:
-        engine = create_engine(self.settings.database_url)
-        try:
-            async with create_session_factory(engine)() as session, session.begin():
-                yield session
-        finally:
-            await engine.dispose()
+        async with self.runtime.sessions() as session, session.begin():
+            yield session
+
+    async def rows(self, model: Any, **where: Any) -> list[Any]:
+        """Rows of a table, read through the service's own engine."""
+        from sqlmodel import select
+
+        statement = select(model)
+        for name, value in where.items():
+            statement = statement.where(getattr(model, name) == value)
+        async with self.runtime.sessions() as session:
+            return list((await session.exec(statement)).all())
 
     async def add_user(self, username: str, password: str = DEFAULT_PASSWORD) -> User:
         async with self._session() as session:
@@ -82,5 +106,6 @@ class RunningService:
 async def run_service(database_url: str, **overrides: Any) -> AsyncIterator[RunningService]:
     sock = bound_socket()
     settings = make_settings(database_url, port_of(sock), **overrides)
-    async with serve(create_app(settings), sock) as base_url:
-        yield RunningService(base_url=base_url, settings=settings)
+    app = create_app(settings)
+    async with serve(app, sock) as base_url:
+        yield RunningService(base_url=base_url, settings=settings, app=app)

@@ -1,0 +1,82 @@
+"""SDK clients as the paywall tests need them: recording elicitations and completion notices."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+import mcp_types as t
+from mcp import Client
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+ElicitAnswer = Callable[[t.ElicitRequestURLParams], Awaitable[t.ElicitResult]]
+
+
+async def accept(_: t.ElicitRequestURLParams) -> t.ElicitResult:
+    return t.ElicitResult(action="accept")
+
+
+@dataclass
+class ClientProbe:
+    """What one client saw: URL elicitation requests and completion notifications."""
+
+    answer: ElicitAnswer = accept
+    url_requests: list[t.ElicitRequestURLParams] = field(default_factory=list)
+    form_requests: int = 0
+    completed: list[str] = field(default_factory=list)
+    _completion: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def elicitation_callback(self, ctx: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        if isinstance(params, t.ElicitRequestURLParams):
+            self.url_requests.append(params)
+            return await self.answer(params)
+        self.form_requests += 1
+        return t.ElicitResult(action="decline")
+
+    async def message_handler(self, message: Any) -> None:
+        if isinstance(message, t.ElicitCompleteNotification):
+            self.completed.append(message.params.elicitation_id)
+            self._completion.set()
+
+    async def wait_for_completion(self, timeout: float = 20.0) -> str:
+        async with asyncio.timeout(timeout):
+            await self._completion.wait()
+        return self.completed[-1]
+
+
+class FormOnlySession(ClientSession):
+    """Declares `{"elicitation": {"form": {}}}`: the SDK offers no public switch for form-only."""
+
+    def _build_capabilities(self, version: str) -> t.ClientCapabilities:
+        capabilities = super()._build_capabilities(version)
+        return capabilities.model_copy(
+            update={"elicitation": t.ElicitationCapability(form=t.FormElicitationCapability())}
+        )
+
+
+def probed_client(
+    mcp_url: str, token: str, probe: ClientProbe, *, form_only: bool = False, **kwargs: Any
+) -> Client:
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
+    )
+    client = Client(
+        streamable_http_client(mcp_url, http_client=http),
+        elicitation_callback=probe.elicitation_callback,
+        message_handler=probe.message_handler,
+        **kwargs,
+    )
+    if form_only:
+        build = client._build_session
+
+        async def build_form_only(exit_stack: Any) -> ClientSession:
+            session = await build(exit_stack)
+            session.__class__ = FormOnlySession
+            return session
+
+        client._build_session = build_form_only  # type: ignore[method-assign]
+    return client

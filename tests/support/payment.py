@@ -1,0 +1,52 @@
+"""Paying for an elicitation the way a user does, minus the browser: login, payment page, Checkout.
+
+The browser tests drive the same pages in Chromium; these helpers let protocol tests pay quickly.
+Card payment goes through the sandbox's test helper, the headless twin of its hosted page.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import httpx
+import stripe
+
+from tests.support.browserless import csrf_token, log_in_through_form
+from tests.support.service import DEFAULT_PASSWORD, RunningService
+
+GOOD_CARD = "4242424242424242"
+DECLINED_CARD = "4000000000000002"
+
+
+async def open_checkout(service: RunningService, payment_url: str, username: str) -> httpx.Response:
+    """Sign in as `username`, open the payment page and press its button; the POST's response."""
+    path = urlsplit(payment_url).path
+    async with service.http() as browser:
+        login = await log_in_through_form(browser, f"/login?next={path}", username, DEFAULT_PASSWORD)
+        assert login.status_code == 303, login.text
+        page = await browser.get(path)
+        if page.status_code != 200:
+            return page
+        return await browser.post(path, data={"csrf_token": csrf_token(page.text)})
+
+
+def checkout_session_id(checkout_url: str) -> str:
+    return next(part for part in urlsplit(checkout_url).path.split("/") if part.startswith("cs_"))
+
+
+async def pay(service: RunningService, payment_url: str, username: str, card: str = GOOD_CARD) -> str:
+    """The whole payment for an elicitation; returns the Checkout Session id."""
+    started = await open_checkout(service, payment_url, username)
+    assert started.status_code == 303, started.text
+    session_id = checkout_session_id(started.headers["location"])
+    await pay_checkout_session(service.stripe, session_id, card)
+    return session_id
+
+
+async def pay_checkout_session(client: stripe.StripeClient, session_id: str, card: str = GOOD_CARD) -> None:
+    await client.raw_request_async(
+        "post",
+        f"/v1/test_helpers/checkout/sessions/{session_id}/pay",
+        card_number=card,
+        email="buyer@example.com",
+    )
