@@ -42,8 +42,8 @@ class ClientProbe:
             self.completed.append(message.params.elicitation_id)
             self._completion.set()
 
-    async def wait_for_completion(self, timeout: float = 20.0) -> str:
-        async with asyncio.timeout(timeout):
+    async def wait_for_completion(self, seconds: float = 20.0) -> str:
+        async with asyncio.timeout(seconds):
             await self._completion.wait()
         return self.completed[-1]
 

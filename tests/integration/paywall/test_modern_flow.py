@@ -1,4 +1,4 @@
-"""2026-07-28 clients: InputRequiredResult with a sealed request_state, and retries that wait for the payment."""
+"""2026-07-28 clients: InputRequiredResult with a sealed request_state; retries wait for the payment."""
 
 from __future__ import annotations
 
