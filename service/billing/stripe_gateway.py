@@ -104,6 +104,7 @@ class StripeGateway:
                 params={"name": plan.name, "metadata": {"plan_id": plan.id}},
                 options={"idempotency_key": f"product:{plan.lookup_key}"},
             )
+            price_key = f"price:{plan.lookup_key}:{plan.amount}:{plan.currency}:{plan.interval}"
             created = await self._client.v1.prices.create_async(
                 params={
                     "product": product.id,
@@ -113,7 +114,7 @@ class StripeGateway:
                     "lookup_key": plan.lookup_key,
                     "metadata": {"plan_id": plan.id},
                 },
-                options={"idempotency_key": f"price:{plan.lookup_key}:{plan.amount}{plan.currency}{plan.interval}"},
+                options={"idempotency_key": price_key},
             )
             self._price_ids[plan.id] = created.id
             results.append((plan, created.id, True))
