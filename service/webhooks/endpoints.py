@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import logging
 
+import stripe
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
@@ -29,5 +31,13 @@ async def stripe_webhook(request: Request, runtime: RuntimeDep) -> JSONResponse:
         async with runtime.sessions() as session, session.begin():
             await record(session, AuditKind.WEBHOOK_REJECTED, reason=str(exc))
         return JSONResponse({"error": "invalid_signature", "detail": str(exc)}, status_code=400)
-    outcome = await runtime.webhooks.process(event)
+    try:
+        outcome = await runtime.webhooks.process(event)
+    except stripe.StripeError as exc:
+        # Reading the event's objects back from Stripe failed: nothing was stored, so Stripe's retry
+        # will process the event afresh.
+        logger.warning(
+            "stripe webhook %s not processed, Stripe read failed: %s", event.id, type(exc).__name__
+        )
+        return JSONResponse({"error": "stripe_read_failed"}, status_code=502)
     return JSONResponse({"received": True, "outcome": outcome.status})

@@ -1,0 +1,216 @@
+"""POST /webhooks/stripe: forged, stale, replayed, duplicated, inconsistent and reordered events."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from mcp import MCPError, UrlElicitationRequiredError
+
+from service.audit.models import AuditEvent
+from service.billing.models import StripeEvent, Subscription
+from service.paywall.models import Elicitation
+from service.stripe_sandbox import sign_webhook_payload
+from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.payment import pay
+from tests.support.service import RunningService, run_service
+
+CHART_ARGS = {"values": [1, 2]}
+
+
+def event_body(event_id: str, event_type: str, obj: dict[str, Any], created: int | None = None) -> bytes:
+    return json.dumps(
+        {
+            "id": event_id,
+            "object": "event",
+            "api_version": "2026-10-28.endive",
+            "created": created or int(time.time()),
+            "data": {"object": obj},
+            "livemode": False,
+            "pending_webhooks": 1,
+            "request": {"id": None, "idempotency_key": None},
+            "type": event_type,
+        }
+    ).encode()
+
+
+async def post_webhook(
+    service: RunningService, body: bytes, signature: str | None
+) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    if signature is not None:
+        headers["Stripe-Signature"] = signature
+    async with service.http() as http:
+        response = await http.post("/webhooks/stripe", content=body, headers=headers)
+    return response.status_code, response.json()
+
+
+def signed(service: RunningService, body: bytes, *, secret: str | None = None, at: int | None = None) -> str:
+    return sign_webhook_payload(
+        body, secret or service.settings.stripe_webhook_secret[0], at or int(time.time())
+    )
+
+
+@pytest.mark.parametrize(
+    ("signature_of", "reason"),
+    [
+        (lambda service, body: None, "missing Stripe-Signature"),
+        (lambda service, body: signed(service, body, secret="whsec_forged"), "signature verification failed"),
+        (
+            lambda service, body: signed(service, body, at=int(time.time()) - 3600),
+            "signature verification failed",
+        ),
+        (lambda service, body: "t=1,v1=deadbeef", "signature verification failed"),
+    ],
+    ids=["missing", "forged", "stale", "garbage"],
+)
+async def test_unverifiable_events_are_refused_and_not_stored(
+    service: RunningService, signature_of: Any, reason: str
+) -> None:
+    body = event_body(
+        "evt_forged_1", "customer.subscription.updated", {"id": "sub_x", "object": "subscription"}
+    )
+    status, answer = await post_webhook(service, body, signature_of(service, body))
+    assert status == 400
+    assert reason in answer["detail"]
+    assert await service.rows(StripeEvent, id="evt_forged_1") == []
+    [rejected] = await service.rows(AuditEvent, kind="webhook_rejected")
+    assert reason in rejected.detail
+
+
+async def test_malformed_json_with_a_valid_signature_is_refused(service: RunningService) -> None:
+    body = b'{"id": "evt_1", "type": '
+    status, answer = await post_webhook(service, body, signed(service, body))
+    assert status == 400
+    assert "not valid JSON" in answer["detail"]
+
+
+async def test_replayed_event_is_applied_once(service: RunningService) -> None:
+    body = event_body("evt_replayed", "invoice.created", {"id": "in_1", "object": "invoice"})
+    signature = signed(service, body)
+    first = await post_webhook(service, body, signature)
+    second = await post_webhook(service, body, signature)
+    assert first == (200, {"received": True, "outcome": "ignored"})
+    assert second == (200, {"received": True, "outcome": "duplicate"})
+    assert len(await service.rows(StripeEvent, id="evt_replayed")) == 1
+
+
+async def test_rotated_secrets_all_verify(database_url: str) -> None:
+    async with run_service(database_url, stripe_webhook_secret="whsec_new,whsec_old") as service:
+        body = event_body("evt_rotated", "invoice.created", {"id": "in_2", "object": "invoice"})
+        status, _ = await post_webhook(service, body, signed(service, body, secret="whsec_old"))
+    assert status == 200
+
+
+async def start_elicitation(service: RunningService, username: str) -> str:
+    await service.add_user(username)
+    token = (await service.personal_token(username)).secret
+    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+        try:
+            await client.call_tool("ascii_chart", CHART_ARGS)
+        except MCPError as exc:
+            return UrlElicitationRequiredError.from_error(exc.error).elicitations[0].url
+    raise AssertionError("expected a URL elicitation")
+
+
+async def test_signed_but_inconsistent_checkout_grants_nothing(service: RunningService) -> None:
+    url = await start_elicitation(service, "olga")
+    elicitation_id = url.rsplit("/", 1)[1]
+    [owner] = await service.rows(Elicitation, id=elicitation_id)
+    checkout = {
+        "id": "cs_test_tampered",
+        "object": "checkout.session",
+        "mode": "subscription",
+        "payment_status": "paid",
+        "client_reference_id": "usr_attacker",
+        "customer": "cus_attacker",
+        "subscription": "sub_attacker",
+        "metadata": {"user_id": owner.user_id, "elicitation_id": elicitation_id, "plan_id": "pro"},
+    }
+    body = event_body("evt_tampered", "checkout.session.completed", checkout)
+    # The prefetch of an unknown subscription fails first: non-2xx, so Stripe would retry; nothing stored.
+    status, _ = await post_webhook(service, body, signed(service, body))
+    assert status == 502
+    assert await service.rows(StripeEvent, id="evt_tampered") == []
+    assert await service.rows(Subscription) == []
+    [still_open] = await service.rows(Elicitation, id=elicitation_id)
+    assert still_open.status == "open"
+
+
+async def test_a_real_payment_then_a_replay_of_its_events(service: RunningService) -> None:
+    url = await start_elicitation(service, "pia")
+    await pay(service, url, "pia")
+    await service.sandbox.deliver_pending(within=10)
+    [subscription] = await service.rows(Subscription)
+    assert subscription.status == "active"
+    events = await service.stripe.v1.events.list_async(params={"type": "checkout.session.completed"})
+    assert len(events.data) == 1
+    body = json.dumps(events.data[0].to_dict()).encode()
+    status, answer = await post_webhook(service, body, signed(service, body))
+    assert (status, answer["outcome"]) == (200, "duplicate")
+    assert len(await service.rows(StripeEvent, type="checkout.session.completed")) == 1
+    assert len(await service.rows(AuditEvent, kind="entitlement_granted")) == 1
+
+
+@pytest.fixture
+async def adversarial_service(database_url: str) -> AsyncIterator[RunningService]:
+    async with run_service(database_url, stripe_sandbox_adversarial=True) as running:
+        yield running
+
+
+async def test_adversarial_delivery_ends_in_the_right_state(adversarial_service: RunningService) -> None:
+    service = adversarial_service
+    url = await start_elicitation(service, "quin")
+    await pay(service, url, "quin")
+    await service.sandbox.deliver_pending(within=15)
+    [subscription] = await service.rows(Subscription)
+    assert subscription.status == "active"
+    [elicitation] = await service.rows(Elicitation)
+    assert elicitation.status == "completed"
+    stored = await service.rows(StripeEvent)
+    assert len({row.id for row in stored}) == len(stored)
+    granted = await service.rows(AuditEvent, kind="entitlement_granted")
+    assert len(granted) == 1
+
+
+@pytest.mark.parametrize(
+    ("tamper", "why"),
+    [
+        ({"client_reference_id": "usr_attacker"}, "disagree about the user"),
+        ({"client_reference_id": "usr_attacker", "metadata_user": "usr_attacker"}, "not this user's"),
+        ({"mode": "payment"}, "not a subscription checkout"),
+        ({"payment_status": "unpaid"}, "payment not completed"),
+    ],
+    ids=["reference-vs-metadata", "someone-elses-elicitation", "payment-mode", "unpaid"],
+)
+async def test_signed_events_that_do_not_add_up_are_ignored(
+    service: RunningService, tamper: dict[str, str], why: str
+) -> None:
+    url = await start_elicitation(service, "rex")
+    elicitation_id = url.rsplit("/", 1)[1]
+    [owner] = await service.rows(Elicitation, id=elicitation_id)
+    checkout = {
+        "id": "cs_test_odd",
+        "object": "checkout.session",
+        "mode": tamper.get("mode", "subscription"),
+        "payment_status": tamper.get("payment_status", "paid"),
+        "client_reference_id": tamper.get("client_reference_id", owner.user_id),
+        "customer": "cus_whoever",
+        "subscription": None,
+        "metadata": {
+            "user_id": tamper.get("metadata_user", owner.user_id),
+            "elicitation_id": elicitation_id,
+            "plan_id": "pro",
+        },
+    }
+    body = event_body("evt_odd", "checkout.session.completed", checkout)
+    status, answer = await post_webhook(service, body, signed(service, body))
+    assert (status, answer["outcome"]) == (200, "ignored")
+    [stored] = await service.rows(StripeEvent, id="evt_odd")
+    assert stored.detail is not None and why in stored.detail
+    [still_open] = await service.rows(Elicitation, id=elicitation_id)
+    assert still_open.status == "open"
+    assert await service.rows(AuditEvent, kind="entitlement_granted") == []
