@@ -3,7 +3,6 @@ from __future__ import annotations
 import logging
 
 import stripe
-
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
