@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser migrate run test test-postgres lint format typecheck check bench clean
+.PHONY: install browser node-deps migrate run test test-postgres lint format typecheck check bench clean
 
 install: $(STAMP)
 
@@ -20,17 +20,25 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
+# The TypeScript SDK client used by the interop test, pinned by its package-lock.json.
+node-deps:
+	@if [ -f tests/e2e/node/package-lock.json ]; then \
+		command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }; \
+		cd tests/e2e/node && npm ci --silent --no-audit --no-fund; \
+	fi
+
 migrate: install
 	$(BIN)/python -m service migrate
 
 run: migrate
 	$(BIN)/python -m service serve
 
-test: install browser
+test: install browser node-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The same suite against a PostgreSQL server: TEST_POSTGRES_URL=postgresql://user@host:port/db
-test-postgres: install browser
+test-postgres: install browser node-deps
 	TEST_DATABASE=postgres $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install

@@ -12,6 +12,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from tests.integration.stripe_sandbox.conftest import Env, catalog
+from tests.support.browser import fill_stripe_checkout
 
 pytestmark = pytest.mark.browser
 
@@ -46,18 +47,8 @@ async def _open(browser: Browser, url: str, allowed: tuple[str, ...]) -> Page:
 
 
 async def _pay(page: Page, card: str) -> None:
-    email = page.locator("#email")
-    if await email.is_editable():  # read-only when the session has a customer, as on Stripe
-        await email.fill("ada@example.com")
-    else:
-        await expect(email).to_have_value("ada@example.com")
-    await page.fill("#cardNumber", card)
-    await page.fill("#cardExpiry", "12 / 34")
-    await page.fill("#cardCvc", "123")
-    await page.fill("#billingName", "Ada Lovelace")
-    submit = page.locator("button[type=submit]")
-    await expect(submit).to_have_count(1)
-    await submit.click()
+    await expect(page.locator("#email")).to_have_value("ada@example.com")
+    await fill_stripe_checkout(page, card)
 
 
 async def test_successful_card_redirects_and_subscribes(browser: Browser, env: Env, shop: str) -> None:
