@@ -8,8 +8,11 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 
+import stripe
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.billing.plans import PlanCatalog, PlanCatalogError
+from service.billing.stripe_gateway import PriceNotFound, StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
@@ -42,6 +45,13 @@ def _parser() -> argparse.ArgumentParser:
     revoke_token.add_argument("token_id")
     list_tokens = tokens.add_parser("list", help="list a user's tokens (ids, never secrets)")
     list_tokens.add_argument("name")
+
+    stripe_commands = commands.add_parser("stripe", help="Stripe operations").add_subparsers(
+        dest="action", required=True
+    )
+    stripe_commands.add_parser(
+        "sync-plans", help="create the plans' products and prices in the configured Stripe (idempotent)"
+    )
     return parser
 
 
@@ -74,6 +84,29 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     return 0
 
 
+async def _stripe_sync_plans(settings: Settings) -> int:
+    """Against the embedded sandbox this needs the running service (`make run` syncs on start)."""
+    try:
+        catalog = PlanCatalog.load(settings.plans_file)
+    except PlanCatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    api_base = settings.stripe_api_base
+    if settings.embedded_stripe_sandbox:
+        api_base = f"http://127.0.0.1:{settings.stripe_sandbox_port}"
+    gateway = StripeGateway.create(settings.stripe_secret_key.get_secret_value(), api_base, catalog)
+    try:
+        for plan, price_id, created in await gateway.sync_plans():
+            verb = "created" if created else "exists "
+            print(f"{verb} {plan.id}\t{plan.lookup_key}\t{plan.price_label}\t{price_id}")
+    except (PriceNotFound, stripe.StripeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        await gateway.aclose()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -84,6 +117,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "serve":
         return _serve(settings, args.host, args.port)
+    if args.command == "stripe":
+        return asyncio.run(_stripe_sync_plans(settings))
     if args.command == "migrate":
         upgrade_to_head(settings.database_url)
         print("database is at the latest migration")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -105,7 +106,12 @@ class RunningService:
 @asynccontextmanager
 async def run_service(database_url: str, **overrides: Any) -> AsyncIterator[RunningService]:
     sock = bound_socket()
-    settings = make_settings(database_url, port_of(sock), **overrides)
+    async with run_service_on(make_settings(database_url, port_of(sock), **overrides), sock) as running:
+        yield running
+
+
+@asynccontextmanager
+async def run_service_on(settings: Settings, sock: socket.socket) -> AsyncIterator[RunningService]:
     app = create_app(settings)
     async with serve(app, sock) as base_url:
         yield RunningService(base_url=base_url, settings=settings, app=app)
