@@ -16,6 +16,7 @@ from service.billing.stripe_gateway import PriceNotFound, StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
+from service.logging_setup import configure_logging
 from service.settings import ConfigurationError, Settings
 
 
@@ -73,6 +74,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from service.app import create_app
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    configure_logging(settings.log_level)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
