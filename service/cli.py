@@ -53,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     stripe_commands.add_parser(
         "sync-plans", help="create the plans' products and prices in the configured Stripe (idempotent)"
     )
+    sandbox = stripe_commands.add_parser(
+        "sandbox", help="serve the Stripe sandbox on its own (for several replicas)"
+    )
+    sandbox.add_argument("--port", type=int, default=8001)
+    sandbox.add_argument(
+        "--webhook-url", action="append", default=[], help="endpoint to deliver events to (repeatable)"
+    )
     return parser
 
 
@@ -83,6 +90,27 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=25,
     )
+    return 0
+
+
+def _serve_sandbox(settings: Settings, port: int, webhook_urls: list[str]) -> int:
+    """The sandbox as its own process: one "Stripe" for any number of service replicas."""
+    import uvicorn
+
+    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+
+    configure_logging(settings.log_level)
+    secret = settings.stripe_webhook_secret[0]
+    app = create_sandbox_app(
+        SandboxConfig(
+            api_key=settings.stripe_secret_key.get_secret_value(),
+            public_base_url=f"http://127.0.0.1:{port}",
+            webhook_endpoints=[(url, secret) for url in webhook_urls],
+            persist_path=settings.stripe_sandbox_state_file,
+            adversarial=settings.stripe_sandbox_adversarial,
+        )
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level=settings.log_level.lower())
     return 0
 
 
@@ -119,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "serve":
         return _serve(settings, args.host, args.port)
+    if args.command == "stripe" and args.action == "sandbox":
+        return _serve_sandbox(settings, args.port, args.webhook_url)
     if args.command == "stripe":
         return asyncio.run(_stripe_sync_plans(settings))
     if args.command == "migrate":

@@ -115,3 +115,51 @@ def test_sync_plans_reports_a_wrong_key(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.startswith("error:")
+
+
+async def test_the_sandbox_runs_as_its_own_process(tmp_path: Path) -> None:
+    probe = bound_socket()
+    port = port_of(probe)
+    probe.close()
+    env = {**os.environ, "STRIPE_SANDBOX_STATE_FILE": str(tmp_path / "sandbox.json")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        "stripe",
+        "sandbox",
+        "--port",
+        str(port),
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(30):
+            while b"Uvicorn running" not in (line := await process.stdout.readline()):
+                assert line, "the sandbox process exited before serving"
+        sync = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "service",
+            "stripe",
+            "sync-plans",
+            cwd=REPO_ROOT,
+            env={
+                **env,
+                "STRIPE_API_BASE": f"http://127.0.0.1:{port}",
+                "DATABASE_URL": f"sqlite:///{tmp_path / 'd.db'}",
+            },
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(60):
+            out, err = await sync.communicate()
+        assert sync.returncode == 0, err.decode()
+        assert out.decode().count("created ") == 2
+    finally:
+        process.terminate()
+        await process.wait()
+    assert (tmp_path / "sandbox.json").exists(), "the sandbox persists its state on shutdown"
