@@ -25,7 +25,7 @@ async def open_checkout(service: RunningService, payment_url: str, username: str
         login = await log_in_through_form(browser, f"/login?next={path}", username, DEFAULT_PASSWORD)
         assert login.status_code == 303, login.text
         page = await browser.get(path)
-        if page.status_code != 200:
+        if page.status_code != 200 or 'id="pay-button"' not in page.text:
             return page
         return await browser.post(path, data={"csrf_token": csrf_token(page.text)})
 

@@ -1,0 +1,140 @@
+"""The payment page's refusals and limits: unknown, expired, completed, signed out, CSRF, rate limits."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import pytest
+from mcp import MCPError, UrlElicitationRequiredError
+
+from service.audit.models import AuditEvent
+from service.db.metadata import utcnow
+from service.paywall.models import Elicitation
+from tests.support.browserless import log_in_through_form
+from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.payment import checkout_session_id, open_checkout, pay
+from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
+
+CHART_ARGS = {"values": [1, 2, 3]}
+
+
+async def elicit(service: RunningService, username: str, tool: str = "ascii_chart") -> str:
+    await service.add_user(username)
+    token = (await service.personal_token(username)).secret
+    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool(tool, CHART_ARGS)
+    return UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0].url
+
+
+async def test_signed_out_visitors_are_sent_to_login_and_back(service: RunningService) -> None:
+    url = await elicit(service, "amy")
+    path = urlsplit(url).path
+    async with service.http() as browser:
+        first = await browser.get(path)
+        assert first.status_code == 303
+        assert first.headers["location"] == f"/login?next=%2Fpay%2F{path.rsplit('/', 1)[1]}"
+        back = await log_in_through_form(browser, first.headers["location"], "amy", DEFAULT_PASSWORD)
+        assert back.headers["location"] == path
+        page = await browser.get(path)
+    assert page.status_code == 200
+    assert "Pro" in page.text and "9.00 USD / month" in page.text
+    assert page.text.count("<button") == 1
+
+
+async def test_unknown_link(service: RunningService) -> None:
+    await service.add_user("bob")
+    async with service.http() as browser:
+        await log_in_through_form(browser, "/login", "bob", DEFAULT_PASSWORD)
+        page = await browser.get("/pay/el_doesnotexist")
+    assert page.status_code == 404
+    assert "does not exist" in page.text
+
+
+async def test_expired_link_offers_a_fresh_start(service: RunningService) -> None:
+    url = await elicit(service, "cat")
+    elicitation_id = url.rsplit("/", 1)[1]
+    async with service.runtime.sessions() as session, session.begin():
+        row = await session.get(Elicitation, elicitation_id)
+        assert row is not None
+        row.expires_at = utcnow() - timedelta(seconds=1)
+        session.add(row)
+    refused = await open_checkout(service, url, "cat")
+    assert refused.status_code == 410
+    assert "Call the tool again" in refused.text
+    fresh = await elicit_again(service, "cat")
+    assert fresh != url, "an expired elicitation is replaced, not reused"
+
+
+async def elicit_again(service: RunningService, username: str) -> str:
+    token = (await service.personal_token(username)).secret
+    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("ascii_chart", CHART_ARGS)
+    return UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0].url
+
+
+async def test_completed_link_says_so_and_creates_nothing(service: RunningService) -> None:
+    url = await elicit(service, "dan")
+    await pay(service, url, "dan")
+    await service.sandbox.deliver_pending(within=10)
+    again = await open_checkout(service, url, "dan")
+    assert again.status_code == 200
+    assert "Already paid" in again.text
+    assert len((await service.stripe.v1.checkout.sessions.list_async()).data) == 1
+
+
+async def test_post_without_csrf_token_is_refused(service: RunningService) -> None:
+    url = await elicit(service, "eve")
+    path = urlsplit(url).path
+    async with service.http() as browser:
+        await log_in_through_form(browser, f"/login?next={path}", "eve", DEFAULT_PASSWORD)
+        refused = await browser.post(path, data={})
+    assert refused.status_code == 400
+    assert (await service.stripe.v1.checkout.sessions.list_async()).data == []
+
+
+async def test_pressing_the_button_twice_reuses_the_checkout_session(service: RunningService) -> None:
+    url = await elicit(service, "fin")
+    first = await open_checkout(service, url, "fin")
+    second = await open_checkout(service, url, "fin")
+    assert first.status_code == second.status_code == 303
+    assert checkout_session_id(first.headers["location"]) == checkout_session_id(second.headers["location"])
+    [customer] = (await service.stripe.v1.customers.list_async()).data
+    assert customer.metadata["user_id"] == (await service.rows(Elicitation))[0].user_id
+
+
+@pytest.fixture
+async def strict_service(database_url: str) -> AsyncIterator[RunningService]:
+    async with run_service(database_url, max_elicitations_per_hour=1, max_checkouts_per_hour=1) as running:
+        yield running
+
+
+async def test_elicitation_rate_limit_is_a_clear_tool_error(strict_service: RunningService) -> None:
+    service = strict_service
+    await elicit(service, "gil")
+    token = (await service.personal_token("gil")).secret
+    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+        # A second plan's elicitation would be a new one: password_audit needs Team, not Pro.
+        result = await client.call_tool("password_audit", {"password": "x"})
+    assert result.is_error
+    assert "Too many payment links" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_checkout_rate_limit_is_a_429_with_retry_after(database_url: str) -> None:
+    async with run_service(database_url, max_checkouts_per_hour=1) as service:
+        pro_url = await elicit(service, "hal")
+        token = (await service.personal_token("hal")).secret
+        async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+            with pytest.raises(MCPError) as raised:
+                await client.call_tool("password_audit", {"password": "x"})
+        team_url = UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0].url
+        assert team_url != pro_url
+        assert (await open_checkout(service, pro_url, "hal")).status_code == 303
+        limited = await open_checkout(service, team_url, "hal")
+        assert limited.status_code == 429
+        assert limited.headers["retry-after"] == "3600"
+        assert len(await service.rows(AuditEvent, kind="rate_limited")) == 1
+        assert len((await service.stripe.v1.checkout.sessions.list_async()).data) == 1
