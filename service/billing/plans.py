@@ -8,29 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-DEFAULT_PLANS_FILE = Path(__file__).with_name("default_plans.toml")
+from service.money import format_amount
 
-# Stripe's zero-decimal currencies: the amount is already in whole units.
-ZERO_DECIMAL_CURRENCIES = frozenset(
-    {
-        "bif",
-        "clp",
-        "djf",
-        "gnf",
-        "jpy",
-        "kmf",
-        "krw",
-        "mga",
-        "pyg",
-        "rwf",
-        "ugx",
-        "vnd",
-        "vuv",
-        "xaf",
-        "xof",
-        "xpf",
-    }
-)
+DEFAULT_PLANS_FILE = Path(__file__).with_name("default_plans.toml")
 
 
 class PlanCatalogError(Exception):
@@ -54,11 +34,7 @@ class Plan(BaseModel, frozen=True):
     @property
     def price_label(self) -> str:
         """Human price, e.g. '9.00 USD / month'. Display only; money stays in minor units."""
-        if self.currency in ZERO_DECIMAL_CURRENCIES:
-            major = f"{self.amount}"
-        else:
-            major = f"{self.amount // 100}.{self.amount % 100:02d}"
-        return f"{major} {self.currency.upper()} / {self.interval}"
+        return f"{format_amount(self.amount, self.currency)} / {self.interval}"
 
 
 class PlanCatalog:

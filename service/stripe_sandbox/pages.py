@@ -13,24 +13,7 @@ from urllib.parse import urlsplit
 
 from starlette.responses import HTMLResponse
 
-ZERO_DECIMAL = {
-    "bif",
-    "clp",
-    "djf",
-    "gnf",
-    "jpy",
-    "kmf",
-    "krw",
-    "mga",
-    "pyg",
-    "rwf",
-    "ugx",
-    "vnd",
-    "vuv",
-    "xaf",
-    "xof",
-    "xpf",
-}
+from service.money import format_amount
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;background:#f6f9fc;color:#1a1f36;margin:0}
@@ -55,9 +38,7 @@ def esc(value: object) -> str:
 
 
 def money(amount: int, currency: str) -> str:
-    if currency.lower() in ZERO_DECIMAL:
-        return f"{amount} {currency.upper()}"
-    return f"{amount / 100:.2f} {currency.upper()}"
+    return format_amount(amount, currency)
 
 
 def _origin(url: str | None) -> str | None:
