@@ -77,7 +77,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         cache_seconds=settings.entitlement_cache_seconds,
     )
     waiters = PaymentWaiters()
-    notifier = SessionNotifier(sessions)
+    notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
     for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
         bus.subscribe(listener)
     toolset = example_tools

@@ -8,6 +8,7 @@ whose client has gone simply never hears, and its retry works regardless.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Protocol
 
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -21,18 +22,29 @@ from service.paywall.models import Elicitation
 
 logger = logging.getLogger(__name__)
 
+PRUNE_ABOVE = 1024
+
 
 class CompletionChannel(Protocol):
     async def send_elicit_complete(self, elicitation_id: str) -> None: ...
 
 
 class SessionNotifier:
-    def __init__(self, sessions: SessionFactory) -> None:
+    """Holds a reference to each legacy session that is owed a notice, for at most `hold_for` seconds.
+
+    After that its elicitations have expired, so nothing more can be owed to it.
+    """
+
+    def __init__(self, sessions: SessionFactory, *, hold_for: float) -> None:
         self._sessions = sessions
-        self._held: dict[str, CompletionChannel] = {}
+        self._hold_for = hold_for
+        self._held: dict[str, tuple[float, CompletionChannel]] = {}
 
     def hold(self, mcp_session_id: str, channel: CompletionChannel) -> None:
-        self._held[mcp_session_id] = channel
+        now = time.monotonic()
+        self._held[mcp_session_id] = (now, channel)
+        if len(self._held) > PRUNE_ABOVE:
+            self._held = {key: held for key, held in self._held.items() if now - held[0] < self._hold_for}
 
     def release(self, mcp_session_id: str) -> None:
         self._held.pop(mcp_session_id, None)
@@ -50,10 +62,15 @@ class SessionNotifier:
         sent = 0
         async with self._sessions() as session, session.begin():
             for delivery in await undelivered(session, elicitation_ids):
-                channel = self._held.get(delivery.mcp_session_id)
-                if channel is None:
+                held = self._held.get(delivery.mcp_session_id)
+                if held is None:
                     continue
-                await channel.send_elicit_complete(delivery.elicitation_id)
+                try:
+                    await held[1].send_elicit_complete(delivery.elicitation_id)
+                except Exception:  # noqa: BLE001 - a client that is gone is not an error; its retry works
+                    logger.info("session %s… is gone; completion not delivered", delivery.mcp_session_id[:8])
+                    self.release(delivery.mcp_session_id)
+                    continue
                 delivery.delivered_at = utcnow()
                 session.add(delivery)
                 await _audit_delivery(session, delivery.elicitation_id, delivery.mcp_session_id)
