@@ -67,7 +67,7 @@ class SessionNotifier:
                     continue
                 try:
                     await held[1].send_elicit_complete(delivery.elicitation_id)
-                except Exception:
+                except Exception:  # a client that is gone is not an error; its retry works
                     logger.info("session %s… is gone; completion not delivered", delivery.mcp_session_id[:8])
                     self.release(delivery.mcp_session_id)
                     continue
