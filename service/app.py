@@ -35,6 +35,7 @@ from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
+from service.webhooks.applier import StripeStateApplier
 from service.webhooks.endpoints import router as webhook_router
 from service.webhooks.processor import WebhookProcessor
 
@@ -116,7 +117,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         bus=bus,
         paywall=paywall,
         notifier=notifier,
-        webhooks=WebhookProcessor(sessions, gateway, catalog, bus, paywall.satisfied_by),
+        webhooks=WebhookProcessor(sessions, gateway, StripeStateApplier(catalog, paywall.satisfied_by), bus),
         sandbox=sandbox,
     )
 

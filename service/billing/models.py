@@ -38,6 +38,8 @@ class Subscription(SQLModel, table=True):
     cancel_at_period_end: bool = False
     current_period_end: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
     past_due_since: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
+    # Set by a refund or dispute of the charge that paid the current period; cleared by a later paid invoice.
+    access_revoked_reason: str | None = Field(default=None, max_length=32)
     stripe_updated: int = 0
     created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
     updated_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
@@ -55,3 +57,13 @@ class StripeEvent(SQLModel, table=True):
     outcome: str = Field(max_length=32)  # applied | ignored
     detail: str | None = Field(default=None, sa_type=Text)
     received_at: datetime = Field(default_factory=utcnow, sa_column=utc_column(index=True))
+
+
+class JobLease(SQLModel, table=True):
+    """Who may run a periodic job right now; one row per job, taken by a conditional update."""
+
+    __tablename__ = "job_lease"
+
+    name: str = Field(primary_key=True, max_length=64)
+    holder: str = Field(max_length=128)
+    expires_at: datetime = Field(sa_column=utc_column())

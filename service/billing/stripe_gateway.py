@@ -161,3 +161,39 @@ class StripeGateway:
             params={"customer": customer_id, "return_url": return_url}
         )
         return portal.url
+
+    async def subscription_paid_by(self, payment_intent_id: str | None) -> str | None:
+        """The subscription whose invoice this payment intent paid, if any."""
+        if payment_intent_id is None:
+            return None
+        payments = await self._client.v1.invoice_payments.list_async(
+            params={"payment": {"type": "payment_intent", "payment_intent": payment_intent_id}, "limit": 1}
+        )
+        if not payments.data:
+            return None
+        invoice_id = payments.data[0].invoice
+        invoice_id = invoice_id if isinstance(invoice_id, str) else invoice_id.id
+        invoice = await self._client.v1.invoices.retrieve_async(invoice_id)
+        details = invoice.parent.subscription_details if invoice.parent else None
+        subscription = details.subscription if details else None
+        return subscription if isinstance(subscription, str) or subscription is None else subscription.id
+
+    async def list_subscriptions(self, customer_id: str) -> list[stripe.Subscription]:
+        page = await self._client.v1.subscriptions.list_async(
+            params={"customer": customer_id, "status": "all", "limit": 100}
+        )
+        return [subscription async for subscription in page.auto_paging_iter()]
+
+    async def recent_checkout_sessions(self, created_since: int) -> list[stripe.checkout.Session]:
+        page = await self._client.v1.checkout.sessions.list_async(
+            params={"created": {"gte": created_since}, "limit": 100}
+        )
+        return [checkout async for checkout in page.auto_paging_iter()]
+
+    async def events_since(self, created_since: int) -> list[stripe.Event]:
+        """Oldest first, the order Stripe created them in."""
+        page = await self._client.v1.events.list_async(
+            params={"created": {"gte": created_since}, "limit": 100}
+        )
+        events = [event async for event in page.auto_paging_iter()]
+        return sorted(events, key=lambda event: event.created)

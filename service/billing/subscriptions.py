@@ -70,9 +70,19 @@ async def user_for_customer(session: AsyncSession, customer_id: str) -> str | No
 
 
 async def apply_subscription(
-    session: AsyncSession, subscription: Any, *, observed_at: int, catalog: PlanCatalog
+    session: AsyncSession,
+    subscription: Any,
+    *,
+    observed_at: int,
+    catalog: PlanCatalog,
+    fresh_read: bool = False,
 ) -> SubscriptionChange:
-    """Upsert our copy of `subscription` as Stripe described it at `observed_at` (epoch seconds)."""
+    """Upsert our copy of `subscription` as Stripe described it at `observed_at` (epoch seconds).
+
+    An event's object is ignored when older than what was applied. A `fresh_read` (the object
+    just read back from Stripe) is current by definition and always applied, except that nothing
+    revives a subscription that reached a terminal status.
+    """
     subscription_id = _field(subscription, "id")
     customer_id = _field(subscription, "customer")
     customer_id = _field(customer_id, "id") or customer_id
@@ -95,9 +105,8 @@ async def apply_subscription(
 
     row = await session.get(Subscription, subscription_id, with_for_update=True)
     old_status = row.status if row else None
-    if row is not None and (
-        observed_at < row.stripe_updated or (row.status in TERMINAL_STATUSES and status != row.status)
-    ):
+    stale = not fresh_read and row is not None and observed_at < row.stripe_updated
+    if row is not None and (stale or (row.status in TERMINAL_STATUSES and status != row.status)):
         return SubscriptionChange(subscription_id, user_id, plan_id, old_status, row.status, applied=False)
     now = utcnow()
     if row is None:
@@ -112,7 +121,7 @@ async def apply_subscription(
     row.status = status
     row.cancel_at_period_end = bool(_field(subscription, "cancel_at_period_end"))
     row.current_period_end = _period_end(subscription)
-    row.stripe_updated = observed_at
+    row.stripe_updated = max(row.stripe_updated, observed_at)
     row.updated_at = now
     session.add(row)
     await session.flush()
@@ -120,6 +129,11 @@ async def apply_subscription(
 
 
 def grants_access(row: Subscription, *, grace: timedelta, now: datetime) -> bool:
+    if row.access_revoked_reason is not None:
+        return False
+    if row.cancel_at_period_end and row.current_period_end is not None and row.current_period_end <= now:
+        # Stripe ends it at the period end; a missed `deleted` event must not extend access.
+        return False
     if row.status in ENTITLING_STATUSES:
         return True
     if row.status == "past_due" and row.past_due_since is not None:
@@ -137,3 +151,26 @@ async def is_entitled(
     session: AsyncSession, user_id: str, plan_ids: Iterable[str], *, grace: timedelta
 ) -> bool:
     return not (await entitled_plan_ids(session, user_id, grace=grace)).isdisjoint(plan_ids)
+
+
+async def revoke_access(session: AsyncSession, subscription_id: str, reason: str) -> Subscription | None:
+    row = await session.get(Subscription, subscription_id, with_for_update=True)
+    if row is None:
+        return None
+    row.access_revoked_reason = reason
+    row.updated_at = utcnow()
+    session.add(row)
+    await session.flush()
+    return row
+
+
+async def restore_access(session: AsyncSession, subscription_id: str) -> Subscription | None:
+    """A newly paid invoice: whatever a refund or dispute revoked, this payment covers again."""
+    row = await session.get(Subscription, subscription_id, with_for_update=True)
+    if row is None or row.access_revoked_reason is None:
+        return None
+    row.access_revoked_reason = None
+    row.updated_at = utcnow()
+    session.add(row)
+    await session.flush()
+    return row

@@ -7,10 +7,6 @@ the transaction commits. A failure rolls everything back and answers non-2xx, so
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import stripe
@@ -18,21 +14,19 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
-from service.billing.models import StripeCustomer, StripeEvent
-from service.billing.plans import PlanCatalog
+from service.billing.models import StripeEvent
 from service.billing.stripe_gateway import StripeGateway
-from service.billing.subscriptions import (
-    ENTITLING_STATUSES,
-    SubscriptionChange,
-    SubscriptionRejected,
-    apply_subscription,
-    entitled_plan_ids,
-    user_for_customer,
-)
+from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
-from service.paywall.bus import EntitlementChanged, InProcessBus
-from service.paywall.elicitations import complete_satisfied
-from service.paywall.models import Elicitation, ElicitationStatus
+from service.paywall.bus import InProcessBus
+from service.webhooks.applier import (
+    EventIgnored,
+    Outcome,
+    StripeStateApplier,
+    field_of,
+    id_of,
+    subscription_of_invoice,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,42 +34,18 @@ CHECKOUT_COMPLETED = frozenset({"checkout.session.completed", "checkout.session.
 SUBSCRIPTION_EVENTS = frozenset(
     {"customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted"}
 )
-
-Satisfies = Callable[[Elicitation, frozenset[str]], bool]
-
-
-class EventIgnored(Exception):
-    """A genuine event that must not change anything (wrong mode, unknown customer, tampered metadata)."""
-
-
-@dataclass
-class Outcome:
-    status: str = "applied"  # applied | ignored | duplicate
-    detail: str | None = None
-    changes: list[EntitlementChanged] = field(default_factory=list)
-
-
-def _get(obj: Any, name: str) -> Any:
-    try:
-        return obj[name]
-    except (KeyError, TypeError):
-        return None
+INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
+CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
 
 
 class WebhookProcessor:
     def __init__(
-        self,
-        sessions: SessionFactory,
-        gateway: StripeGateway,
-        catalog: PlanCatalog,
-        bus: InProcessBus,
-        satisfies: Satisfies,
+        self, sessions: SessionFactory, gateway: StripeGateway, applier: StripeStateApplier, bus: InProcessBus
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
-        self._catalog = catalog
+        self._applier = applier
         self._bus = bus
-        self._satisfies = satisfies
 
     async def process(self, event: stripe.Event) -> Outcome:
         prefetched = await self._prefetch(event)
@@ -104,121 +74,63 @@ class WebhookProcessor:
                 )
         except IntegrityError:
             return Outcome(status="duplicate")
-        for change in outcome.changes:
-            await self._bus.publish(change)
+        await self.announce(outcome)
         return outcome
 
-    async def _prefetch(self, event: stripe.Event) -> dict[str, Any] | None:
-        """Network reads happen before the transaction opens, never while it holds locks."""
-        if event.type in CHECKOUT_COMPLETED:
-            subscription_id = _get(event.data.object, "subscription")
-            subscription_id = _get(subscription_id, "id") or subscription_id
-            if isinstance(subscription_id, str):
-                subscription = await self._gateway.retrieve_subscription(subscription_id)
-                return {"subscription": subscription, "read_at": int(time.time())}
-        return None
+    async def announce(self, outcome: Outcome) -> None:
+        for change in outcome.changes:
+            await self._bus.publish(change)
 
-    async def _apply(
-        self, session: AsyncSession, event: stripe.Event, prefetched: dict[str, Any] | None
-    ) -> Outcome:
+    async def _prefetch(self, event: stripe.Event) -> Any | None:
+        """Network reads happen before the transaction opens, never while it holds locks."""
+        obj = event.data.object
+        subscription_id: str | None = None
+        if event.type in CHECKOUT_COMPLETED:
+            subscription_id = id_of(field_of(obj, "subscription"))
+        elif event.type in INVOICE_EVENTS:
+            subscription_id = subscription_of_invoice(obj)
+        elif event.type in CHARGE_REVERSALS:
+            # A partial refund leaves access alone, so there is nothing to look up for it.
+            partial = event.type == "charge.refunded" and not field_of(obj, "refunded")
+            return (
+                None
+                if partial
+                else await self._gateway.subscription_paid_by(id_of(field_of(obj, "payment_intent")))
+            )
+        if subscription_id is None:
+            return None
+        return await self._gateway.retrieve_subscription(subscription_id)
+
+    async def _apply(self, session: AsyncSession, event: stripe.Event, prefetched: Any | None) -> Outcome:
+        obj, applier, source = event.data.object, self._applier, f"event {event.id}"
         try:
             if event.type in CHECKOUT_COMPLETED:
-                return await self._checkout_completed(session, event, prefetched)
-            if event.type in SUBSCRIPTION_EVENTS:
-                change = await apply_subscription(
-                    session, event.data.object, observed_at=event.created, catalog=self._catalog
+                return await applier.checkout_completed(
+                    session, obj, prefetched, observed_at=event.created, source=source
                 )
-                return await self._after_subscription_change(session, change, event.id)
+            if event.type in SUBSCRIPTION_EVENTS:
+                return await applier.subscription_state(
+                    session, obj, observed_at=event.created, fresh_read=False, source=source
+                )
+            if event.type == "invoice.paid":
+                return await applier.invoice_paid(
+                    session, obj, prefetched, observed_at=event.created, source=source
+                )
+            if event.type == "invoice.payment_failed":
+                if prefetched is None:
+                    raise EventIgnored("invoice is not for a subscription")
+                return await applier.subscription_state(
+                    session, prefetched, observed_at=event.created, fresh_read=True, source=source
+                )
+            if event.type == "charge.refunded":
+                if not field_of(obj, "refunded"):
+                    raise EventIgnored("partial refund: access stays")
+                return await applier.revoke(session, prefetched, "refunded", source)
+            if event.type == "charge.dispute.created":
+                return await applier.revoke(session, prefetched, "disputed", source)
             if event.type == "checkout.session.expired":
-                return await self._checkout_expired(session, event)
+                return await applier.checkout_expired(session, obj)
         except (EventIgnored, SubscriptionRejected) as exc:
             logger.warning("stripe event %s (%s) ignored: %s", event.id, event.type, exc)
             return Outcome(status="ignored", detail=str(exc))
         return Outcome(status="ignored", detail="event type not handled")
-
-    async def _checkout_completed(
-        self, session: AsyncSession, event: stripe.Event, prefetched: dict[str, Any] | None
-    ) -> Outcome:
-        checkout = event.data.object
-        if _get(checkout, "mode") != "subscription":
-            raise EventIgnored("not a subscription checkout")
-        if _get(checkout, "payment_status") not in ("paid", "no_payment_required"):
-            raise EventIgnored("payment not completed yet")
-        user_id = _get(checkout, "client_reference_id")
-        metadata = _get(checkout, "metadata") or {}
-        elicitation_id = _get(metadata, "elicitation_id")
-        if not isinstance(user_id, str) or _get(metadata, "user_id") != user_id:
-            raise EventIgnored("client_reference_id and metadata disagree about the user")
-        elicitation = (
-            await session.get(Elicitation, elicitation_id) if isinstance(elicitation_id, str) else None
-        )
-        if elicitation is None or elicitation.user_id != user_id:
-            raise EventIgnored("checkout names an elicitation that is not this user's")
-        customer_id = _get(checkout, "customer")
-        customer_id = _get(customer_id, "id") or customer_id
-        if not isinstance(customer_id, str):
-            raise EventIgnored("checkout has no customer")
-        await self._bind_customer(session, user_id, customer_id)
-        if prefetched is None:
-            raise EventIgnored("checkout has no subscription")
-        change = await apply_subscription(
-            session,
-            prefetched["subscription"],
-            observed_at=max(prefetched["read_at"], event.created),
-            catalog=self._catalog,
-        )
-        return await self._after_subscription_change(session, change, event.id)
-
-    async def _bind_customer(self, session: AsyncSession, user_id: str, customer_id: str) -> None:
-        owner = await user_for_customer(session, customer_id)
-        if owner is not None and owner != user_id:
-            raise EventIgnored("the Stripe customer belongs to another user")
-        if owner is None:
-            if await session.get(StripeCustomer, user_id) is not None:
-                raise EventIgnored("the user already has a different Stripe customer")
-            session.add(StripeCustomer(user_id=user_id, customer_id=customer_id))
-            await session.flush()
-
-    async def _after_subscription_change(
-        self, session: AsyncSession, change: SubscriptionChange, event_id: str
-    ) -> Outcome:
-        if not change.applied:
-            return Outcome(status="ignored", detail="older than the state already applied")
-        completed: list[Elicitation] = []
-        if change.new_status in ENTITLING_STATUSES:
-            entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
-            completed = await complete_satisfied(
-                session, change.user_id, satisfied=lambda item: self._satisfies(item, entitled)
-            )
-            if change.old_status not in ENTITLING_STATUSES:
-                await record(
-                    session,
-                    AuditKind.ENTITLEMENT_GRANTED,
-                    user_id=change.user_id,
-                    plan=change.plan_id,
-                    subscription=change.subscription_id,
-                    event_id=event_id,
-                )
-        elif change.old_status != change.new_status:
-            await record(
-                session,
-                AuditKind.ENTITLEMENT_CHANGED,
-                user_id=change.user_id,
-                plan=change.plan_id,
-                status=change.new_status,
-                event_id=event_id,
-            )
-        return Outcome(changes=[EntitlementChanged(change.user_id, tuple(item.id for item in completed))])
-
-    async def _checkout_expired(self, session: AsyncSession, event: stripe.Event) -> Outcome:
-        metadata = _get(event.data.object, "metadata") or {}
-        elicitation_id = _get(metadata, "elicitation_id")
-        elicitation = (
-            await session.get(Elicitation, elicitation_id) if isinstance(elicitation_id, str) else None
-        )
-        if elicitation is None or elicitation.checkout_session_id != _get(event.data.object, "id"):
-            raise EventIgnored("expired checkout is not the current one of an elicitation")
-        if elicitation.status == ElicitationStatus.OPEN.value:
-            elicitation.status = ElicitationStatus.EXPIRED.value
-            session.add(elicitation)
-        return Outcome()

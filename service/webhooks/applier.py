@@ -1,0 +1,191 @@
+"""What Stripe's state means for us, applied inside the caller's transaction.
+
+Both the webhook processor and the reconciler use these steps, so a missed webhook repaired by
+reconciliation ends in exactly the state the webhook would have produced.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.audit.service import AuditKind, record
+from service.billing.models import StripeCustomer, Subscription
+from service.billing.plans import PlanCatalog
+from service.billing.subscriptions import (
+    ENTITLING_STATUSES,
+    SubscriptionChange,
+    apply_subscription,
+    entitled_plan_ids,
+    restore_access,
+    revoke_access,
+    user_for_customer,
+)
+from service.paywall.bus import EntitlementChanged
+from service.paywall.elicitations import complete_satisfied
+from service.paywall.models import Elicitation, ElicitationStatus
+
+logger = logging.getLogger(__name__)
+
+Satisfies = Callable[[Elicitation, frozenset[str]], bool]
+
+
+class EventIgnored(Exception):
+    """Genuine Stripe data that must not change anything (wrong mode, unknown customer, tampered metadata)."""
+
+
+@dataclass
+class Outcome:
+    status: str = "applied"  # applied | ignored | duplicate
+    detail: str | None = None
+    changes: list[EntitlementChanged] = field(default_factory=list)
+
+
+def field_of(obj: Any, name: str) -> Any:
+    """A field of a Stripe object or plain dict; None when absent."""
+    try:
+        return obj[name]
+    except (KeyError, TypeError):
+        return None
+
+
+def id_of(value: Any) -> str | None:
+    """An object's id whether Stripe sent the id or the expanded object."""
+    if isinstance(value, str):
+        return value
+    nested = field_of(value, "id")
+    return nested if isinstance(nested, str) else None
+
+
+def subscription_of_invoice(invoice: Any) -> str | None:
+    # At the pinned API version the link lives under parent.subscription_details.
+    details = field_of(field_of(invoice, "parent"), "subscription_details")
+    return id_of(field_of(details, "subscription")) or id_of(field_of(invoice, "subscription"))
+
+
+class StripeStateApplier:
+    def __init__(self, catalog: PlanCatalog, satisfies: Satisfies) -> None:
+        self._catalog = catalog
+        self._satisfies = satisfies
+
+    async def checkout_completed(
+        self, session: AsyncSession, checkout: Any, subscription: Any | None, *, observed_at: int, source: str
+    ) -> Outcome:
+        if field_of(checkout, "mode") != "subscription":
+            raise EventIgnored("not a subscription checkout")
+        if field_of(checkout, "payment_status") not in ("paid", "no_payment_required"):
+            raise EventIgnored("payment not completed yet")
+        user_id = field_of(checkout, "client_reference_id")
+        metadata = field_of(checkout, "metadata") or {}
+        elicitation_id = field_of(metadata, "elicitation_id")
+        if not isinstance(user_id, str) or field_of(metadata, "user_id") != user_id:
+            raise EventIgnored("client_reference_id and metadata disagree about the user")
+        elicitation = (
+            await session.get(Elicitation, elicitation_id) if isinstance(elicitation_id, str) else None
+        )
+        if elicitation is None or elicitation.user_id != user_id:
+            raise EventIgnored("checkout names an elicitation that is not this user's")
+        customer_id = id_of(field_of(checkout, "customer"))
+        if customer_id is None:
+            raise EventIgnored("checkout has no customer")
+        await self._bind_customer(session, user_id, customer_id)
+        if subscription is None:
+            raise EventIgnored("checkout has no subscription")
+        return await self.subscription_state(
+            session, subscription, observed_at=observed_at, fresh_read=True, source=source
+        )
+
+    async def _bind_customer(self, session: AsyncSession, user_id: str, customer_id: str) -> None:
+        owner = await user_for_customer(session, customer_id)
+        if owner is not None and owner != user_id:
+            raise EventIgnored("the Stripe customer belongs to another user")
+        if owner is None:
+            if await session.get(StripeCustomer, user_id) is not None:
+                raise EventIgnored("the user already has a different Stripe customer")
+            session.add(StripeCustomer(user_id=user_id, customer_id=customer_id))
+            await session.flush()
+
+    async def subscription_state(
+        self, session: AsyncSession, subscription: Any, *, observed_at: int, fresh_read: bool, source: str
+    ) -> Outcome:
+        change = await apply_subscription(
+            session, subscription, observed_at=observed_at, catalog=self._catalog, fresh_read=fresh_read
+        )
+        return await self._after_change(session, change, source)
+
+    async def _after_change(self, session: AsyncSession, change: SubscriptionChange, source: str) -> Outcome:
+        if not change.applied:
+            return Outcome(status="ignored", detail="older than the state already applied")
+        completed: list[Elicitation] = []
+        if change.new_status in ENTITLING_STATUSES:
+            entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
+            completed = await complete_satisfied(
+                session, change.user_id, satisfied=lambda item: self._satisfies(item, entitled)
+            )
+            if change.old_status not in ENTITLING_STATUSES:
+                await record(
+                    session,
+                    AuditKind.ENTITLEMENT_GRANTED,
+                    user_id=change.user_id,
+                    plan=change.plan_id,
+                    subscription=change.subscription_id,
+                    source=source,
+                )
+        elif change.old_status != change.new_status:
+            await record(
+                session,
+                AuditKind.ENTITLEMENT_CHANGED,
+                user_id=change.user_id,
+                plan=change.plan_id,
+                status=change.new_status,
+                source=source,
+            )
+        return Outcome(changes=[EntitlementChanged(change.user_id, tuple(item.id for item in completed))])
+
+    async def checkout_expired(self, session: AsyncSession, checkout: Any) -> Outcome:
+        metadata = field_of(checkout, "metadata") or {}
+        elicitation_id = field_of(metadata, "elicitation_id")
+        elicitation = (
+            await session.get(Elicitation, elicitation_id) if isinstance(elicitation_id, str) else None
+        )
+        if elicitation is None or elicitation.checkout_session_id != field_of(checkout, "id"):
+            raise EventIgnored("expired checkout is not the current one of an elicitation")
+        if elicitation.status == ElicitationStatus.OPEN.value:
+            elicitation.status = ElicitationStatus.EXPIRED.value
+            session.add(elicitation)
+        return Outcome()
+
+    async def revoke(
+        self, session: AsyncSession, subscription_id: str | None, reason: str, source: str
+    ) -> Outcome:
+        row = await revoke_access(session, subscription_id, reason) if subscription_id else None
+        if row is None:
+            raise EventIgnored(f"{reason} payment is not for a subscription we know")
+        await record(
+            session,
+            AuditKind.ENTITLEMENT_CHANGED,
+            user_id=row.user_id,
+            plan=row.plan_id,
+            status=reason,
+            source=source,
+        )
+        return Outcome(changes=[EntitlementChanged(row.user_id)])
+
+    async def invoice_paid(
+        self, session: AsyncSession, invoice: Any, subscription: Any | None, *, observed_at: int, source: str
+    ) -> Outcome:
+        if subscription is None:
+            raise EventIgnored("invoice is not for a subscription")
+        outcome = await self.subscription_state(
+            session, subscription, observed_at=observed_at, fresh_read=True, source=source
+        )
+        if field_of(invoice, "billing_reason") == "subscription_cycle":
+            restored: Subscription | None = await restore_access(session, id_of(subscription) or "")
+            if restored is not None:
+                outcome.changes.append(EntitlementChanged(restored.user_id))
+        return outcome
