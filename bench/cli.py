@@ -1,0 +1,277 @@
+"""`python -m bench`: start the servers, run the scenarios, print and save one markdown table."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import procs, seed, wire
+from bench.report import Report, Row, fmt, machine, ratio_of, summarize
+from bench.servers import STATIC_TOKEN
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
+SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle")
+MODES = {
+    # mode label -> (wire mode, server suffix)
+    "legacy SSE": ("legacy", ""),
+    "legacy JSON": ("legacy", "-json"),
+    "2026-07-28": ("modern", ""),
+}
+
+
+@dataclass
+class Options:
+    rounds: int
+    duration: float
+    warmup: float
+    concurrency: list[int]
+    scenarios: list[str]
+    postgres: bool
+    notify_samples: int
+    idle_sessions: int
+    memory_sessions: int
+    output: Path
+
+
+@dataclass
+class Target:
+    """A running server and the credentials a generator needs for it."""
+
+    server: procs.Server
+    token: str | None
+    seeded: seed.Seeded | None = None
+    database_url: str | None = None
+
+
+@dataclass
+class Bench:
+    options: Options
+    workdir: Path
+    report: Report
+    targets: dict[str, Target] = field(default_factory=dict)
+    postgres_names: list[str] = field(default_factory=list)
+
+    # -- servers ---------------------------------------------------------------------------
+
+    def paid_settings(self, database_url: str, port: int) -> dict[str, Any]:
+        return {
+            "database_url": database_url,
+            "public_base_url": f"http://127.0.0.1:{port}",
+            "port": port,
+            "log_level": "WARNING",
+            "stripe_sandbox_port": 0,
+            "stripe_sandbox_state_file": None,
+        }
+
+    def start(self) -> None:
+        options = self.options
+        wanted = {"bare", "bare-auth", "paid"}
+        if "throughput" in options.scenarios:
+            wanted |= {"bare-json", "bare-auth-json", "paid-json"}
+        if options.postgres and {"webhooks", "throughput"} & set(options.scenarios):
+            wanted.add("paid-pg")
+        pending: list[tuple[str, int, dict[str, str]]] = []
+        for name in sorted(wanted):
+            port = procs.free_port()
+            env = {"BENCH_JSON": "1" if name.endswith("-json") else "0"}
+            if name.startswith("bare"):
+                env["BENCH_KIND"] = "bare-auth" if name.startswith("bare-auth") else "bare"
+                token = STATIC_TOKEN if name.startswith("bare-auth") else None
+                pending.append((name, port, env))
+                self.targets[name] = Target(server=None, token=token)  # type: ignore[arg-type]
+                continue
+            if name == "paid-pg":
+                database_url, db_name = seed.postgres_database()
+                self.postgres_names.append(db_name)
+            else:
+                database_url = seed.sqlite_database(self.workdir, name)
+            notify = options.notify_samples if name == "paid" and "notify" in options.scenarios else 0
+            seeded = asyncio.run(
+                seed.seed(
+                    database_url,
+                    f"http://127.0.0.1:{port}/mcp",
+                    webhook_customers=32 if name in ("paid", "paid-pg") else 0,
+                    notify_accounts=notify,
+                )
+            )
+            env["BENCH_KIND"] = "paid"
+            env["BENCH_SETTINGS"] = json.dumps(self.paid_settings(database_url, port))
+            pending.append((name, port, env))
+            self.targets[name] = Target(
+                server=None,  # type: ignore[arg-type]
+                token=seeded.entitled.token,
+                seeded=seeded,
+                database_url=database_url,
+            )
+        for name, port, env in pending:
+            self.targets[name].server = procs.start_server(name, port, env, self.workdir)
+        for name, _, _ in pending:
+            procs.wait_ready(self.targets[name].server)
+            print(f"  started {name} on 127.0.0.1:{self.targets[name].server.port}", flush=True)
+        asyncio.run(self.smoke())
+
+    async def smoke(self) -> None:
+        """One real call per server and mode, checked before anything is measured."""
+        for name, target in self.targets.items():
+            modes = ["legacy"] + ([] if name.endswith("-json") else ["modern"])
+            for mode in modes:
+                conn = wire.Connection(target.server.port)
+                await conn.open()
+                try:
+                    if mode == "legacy":
+                        sid = await wire.open_legacy_session(conn, target.token)
+                        headers = wire.mcp_headers(target.token, session_id=sid, version=wire.LEGACY_VERSION)
+                        body = wire.legacy_call_body(2)
+                    else:
+                        headers, body = wire.modern_headers(target.token), wire.modern_call_body(2)
+                    response = await conn.request("POST", "/mcp", headers, body)
+                finally:
+                    conn.close()
+                message = response.json_message()
+                content_type = response.headers.get("content-type", "")
+                if "result" not in message or message["result"].get("isError"):
+                    raise RuntimeError(f"smoke call failed on {name} {mode}: {message}")
+                if name.endswith("-json") and "application/json" not in content_type:
+                    raise RuntimeError(f"{name} answered {content_type}, not JSON")
+
+    def stop(self) -> None:
+        procs.stop_all()
+        for name in self.postgres_names:
+            seed.drop_postgres_database(name)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def load(self, target_name: str, **spec: Any) -> dict[str, Any]:
+        target = self.targets[target_name]
+        full = {
+            "kind": "calls",
+            "port": target.server.port,
+            "token": target.token,
+            "server_pid": target.server.pid,
+            "duration": self.options.duration,
+            "warmup": self.options.warmup,
+            **spec,
+        }
+        result = procs.run_generator(full)
+        if result["errors"]:
+            print(f"    ! {target_name} {spec}: {result['errors']} errors, first: {result['first_error']}")
+        return result
+
+    # -- scenarios -------------------------------------------------------------------------
+
+    def throughput(self) -> None:
+        options = self.options
+        results: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+        for round_index in range(options.rounds):
+            for label, (mode, suffix) in MODES.items():
+                for concurrency in options.concurrency:
+                    for base in ("bare", "bare-auth", "paid"):
+                        name = base + suffix
+                        result = self.load(name, mode=mode, concurrency=concurrency, expect="result")
+                        results.setdefault((label, concurrency, base), []).append(result)
+                        print(
+                            f"  round {round_index + 1} {label:12} c={concurrency:<3} {name:15} "
+                            f"{result['rps']:8.0f} req/s p50 {fmt(result['p50_ms'], 2)} ms "
+                            f"gen {result['generator_cpu']:.2f} srv {fmt(result['server_cpu'], 2)}",
+                            flush=True,
+                        )
+        for label, (_, suffix) in MODES.items():
+            for concurrency in options.concurrency:
+                bare = results[(label, concurrency, "bare")]
+                bare_auth = results[(label, concurrency, "bare-auth")]
+                for base in ("bare", "bare-auth", "paid"):
+                    runs = results[(label, concurrency, base)]
+                    summary = summarize(runs)
+                    note = ""
+                    if base == "paid" and suffix:
+                        note = "json_response via bench-only patch (no service setting)"
+                    if summary["errors"]:
+                        note = f"{summary['errors']} errors; {note}".strip("; ")
+                    self.report.rows.append(
+                        Row(
+                            scenario=f"tools/call {label} c={concurrency}",
+                            server=base + suffix,
+                            metric="calls/s",
+                            value=fmt(summary["rps"], 0),
+                            p50=fmt(summary["p50_ms"], 2),
+                            p99=fmt(summary["p99_ms"], 2),
+                            ratio=fmt(ratio_of(runs, bare), 2, "x"),
+                            ratio_auth=fmt(ratio_of(runs, bare_auth), 2, "x"),
+                            generator_cpu=f"{fmt(summary['generator_cpu'], 2)} (max "
+                            f"{fmt(summary['generator_cpu_max'], 2)})",
+                            server_cpu=fmt(summary["server_cpu"], 2),
+                            note=note,
+                        )
+                    )
+
+
+def parse_options(argv: list[str]) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (default 3)")
+    parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per round")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each round")
+    parser.add_argument("--concurrency", default="1,16,64", help="comma-separated (default 1,16,64)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"subset of {','.join(SCENARIOS)}")
+    parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL measurements")
+    parser.add_argument("--notify-samples", type=int, default=100)
+    parser.add_argument("--idle-sessions", type=int, default=1000)
+    parser.add_argument("--memory-sessions", type=int, default=500)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    scenarios = [name for name in args.scenarios.split(",") if name]
+    unknown = set(scenarios) - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    if not 1 <= args.rounds <= 20 or not 0.5 <= args.duration <= 60:
+        parser.error("rounds must be 1..20 and duration 0.5..60 s")
+    return Options(
+        rounds=args.rounds,
+        duration=args.duration,
+        warmup=args.warmup,
+        concurrency=[int(value) for value in args.concurrency.split(",")],
+        scenarios=scenarios,
+        postgres=not args.no_postgres and seed.postgres_available(),
+        notify_samples=min(args.notify_samples, 1000),
+        idle_sessions=min(args.idle_sessions, 5000),
+        memory_sessions=min(args.memory_sessions, 5000),
+        output=args.output,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    options = parse_options(argv)
+    procs.install_cleanup()
+    started, clock = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
+    command = shlex.join([".venv/bin/python", "-m", "bench", *argv])
+    settings = (
+        f"{options.rounds} rounds x {options.duration:g} s (+{options.warmup:g} s warm-up), "
+        f"concurrency {','.join(map(str, options.concurrency))}, scenarios {','.join(options.scenarios)}"
+    )
+    report = Report(command=command, settings=settings)
+    with tempfile.TemporaryDirectory(prefix="bench-") as workdir:
+        bench = Bench(options, Path(workdir), report)
+        try:
+            print("starting servers", flush=True)
+            bench.start()
+            for scenario in options.scenarios:
+                print(f"scenario {scenario}", flush=True)
+                getattr(bench, scenario)()
+        finally:
+            bench.stop()
+    document = report.markdown(machine(), started, time.monotonic() - clock)
+    print()
+    print(document)
+    options.output.parent.mkdir(parents=True, exist_ok=True)
+    options.output.write_text(document)
+    print(f"written to {options.output}")
+    return 0

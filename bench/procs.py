@@ -1,0 +1,137 @@
+"""Child processes (servers, generators), each in its own process group, all ended on exit or Ctrl-C."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT = 60.0
+STOP_TIMEOUT = 5.0
+GENERATOR_TIMEOUT_MARGIN = 90.0
+
+_children: list[subprocess.Popen[Any]] = []
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)  # the child's own group: it and nothing else
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=STOP_TIMEOUT)
+
+
+def stop_all() -> None:
+    while _children:
+        _stop(_children.pop())
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    stop_all()
+    raise KeyboardInterrupt if signum == signal.SIGINT else SystemExit(128 + signum)
+
+
+def install_cleanup() -> None:
+    atexit.register(stop_all)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+
+def spawn(args: list[str], *, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[Any]:
+    process = subprocess.Popen(
+        args, cwd=ROOT, env={**os.environ, **(env or {})}, start_new_session=True, **kwargs
+    )
+    _children.append(process)
+    return process
+
+
+def forget(process: subprocess.Popen[Any]) -> None:
+    _stop(process)
+    if process in _children:
+        _children.remove(process)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    name: str
+    port: int
+    process: subprocess.Popen[Any]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def rss_kib(self) -> int:
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        raise RuntimeError(f"{self.name}: no VmRSS")
+
+
+def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Server:
+    """`uvicorn bench.servers:create --factory` on 127.0.0.1:port, one process, no reload."""
+    log = logdir / f"{name}.log"
+    handle: IO[bytes] = log.open("wb")
+    args = [
+        sys.executable, "-m", "uvicorn", "bench.servers:create", "--factory",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2",
+    ]  # fmt: skip
+    process = spawn(args, env={**env, "BENCH_PORT": str(port)}, stdout=handle, stderr=subprocess.STDOUT)
+    handle.close()
+    return Server(name, port, process, log)
+
+
+def wait_ready(server: Server) -> None:
+    """Bounded: uvicorn accepts only after the lifespan started, so a connect means ready."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{server.name} exited at startup:\n{server.log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", server.port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{server.name} did not start within {STARTUP_TIMEOUT}s")
+
+
+def run_generator(spec: dict[str, Any]) -> dict[str, Any]:
+    """One generator process for one measurement; its JSON result."""
+    bound = float(spec.get("duration", 0)) + float(spec.get("warmup", 0)) + GENERATOR_TIMEOUT_MARGIN
+    process = spawn(
+        [sys.executable, "-m", "bench.loadgen", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = process.communicate(timeout=bound)
+    finally:
+        forget(process)
+    if process.returncode != 0:
+        raise RuntimeError(f"load generator failed ({process.returncode}): {err[-2000:]}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result

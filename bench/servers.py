@@ -1,0 +1,92 @@
+"""ASGI factories for the servers under test, each run by uvicorn in its own process.
+
+    uvicorn bench.servers:create --factory   (configured by BENCH_* environment variables)
+
+- `bare`: a plain `mcp` `MCPServer` with the same `ascii_chart` function, no auth, no paywall.
+- `bare-auth`: the same with a static bearer-token verifier (a dict lookup): separates the cost of
+  authentication from the cost of the paywall.
+- `paid`: our service, `service.app.create_app(Settings(...))`, unchanged.
+
+BENCH_JSON=1 serves legacy requests with JSON responses (`json_response=True`). Our service has no
+setting for that; for `paid` this module swaps `service.app.build_mcp_app` in this process only, so
+the mode can be measured at all (reported as such).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from starlette.applications import Starlette
+
+from service.example_tools.catalog import ascii_chart
+
+STATIC_TOKEN = "bench-static-token"  # noqa: S105 - a loopback benchmark's fixed credential
+
+
+class StaticTokenVerifier:
+    """`mcp.server.auth.provider.TokenVerifier`: one fixed token, no I/O."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if token != STATIC_TOKEN:
+            return None
+        return AccessToken(token=token, client_id="bench", scopes=[], subject="bench-user")
+
+
+def _json_response() -> bool:
+    return os.environ.get("BENCH_JSON") == "1"
+
+
+def bare_app(*, with_auth: bool) -> Starlette:
+    port = int(os.environ["BENCH_PORT"])
+    kwargs: dict[str, Any] = {}
+    if with_auth:
+        base = f"http://127.0.0.1:{port}"
+        kwargs["token_verifier"] = StaticTokenVerifier()
+        kwargs["auth"] = AuthSettings.model_validate(
+            {"issuer_url": base, "resource_server_url": f"{base}/mcp", "validate_token_resource": False}
+        )
+    server = MCPServer("bench-bare", log_level="WARNING", **kwargs)
+    server.add_tool(ascii_chart, description="Draw a horizontal bar chart of numbers as plain text.")
+    return server.streamable_http_app(json_response=_json_response())
+
+
+def paid_app() -> Any:
+    import service.app
+    from service.settings import Settings
+
+    if _json_response():
+        from mcp.server.transport_security import TransportSecuritySettings
+
+        def build_json_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
+            # service.mcp_server.server.build_mcp_app's arguments, plus json_response=True.
+            return server.streamable_http_app(
+                streamable_http_path="/mcp",
+                json_response=True,
+                transport_security=TransportSecuritySettings(
+                    enable_dns_rebinding_protection=True,
+                    allowed_hosts=settings.transport_allowed_hosts,
+                    allowed_origins=settings.transport_allowed_origins,
+                ),
+                host=settings.host,
+            )
+
+        service.app.build_mcp_app = build_json_mcp_app
+
+    values = json.loads(os.environ["BENCH_SETTINGS"])
+    return service.app.create_app(Settings(_env_file=None, **values))  # type: ignore[call-arg]
+
+
+def create() -> Any:
+    kind = os.environ["BENCH_KIND"]
+    if kind == "bare":
+        return bare_app(with_auth=False)
+    if kind == "bare-auth":
+        return bare_app(with_auth=True)
+    if kind == "paid":
+        return paid_app()
+    raise ValueError(f"unknown BENCH_KIND {kind!r}")
