@@ -28,6 +28,7 @@ from service.paywall.entitlements import Entitlements
 from service.paywall.gate import GateSettings, Paywall
 from service.paywall.notifier import SessionNotifier
 from service.paywall.pages import router as payment_router
+from service.paywall.tool_index import PaidToolIndex
 from service.runtime import Runtime
 from service.settings import Settings
 from service.web.cookies import CookiePolicy
@@ -35,9 +36,9 @@ from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
-from service.webhooks.applier import StripeStateApplier
 from service.webhooks.endpoints import router as webhook_router
-from service.webhooks.processor import WebhookProcessor
+from service.webhooks.reconciler import periodic_reconciliation
+from service.webhooks.wiring import build_stripe_sync
 
 
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
@@ -82,6 +83,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
         bus.subscribe(listener)
     toolset = example_tools
+    tool_index = PaidToolIndex(catalog, toolset.paid_tools)
     paywall = Paywall(
         GateSettings(
             public_base_url=settings.public_base_url,
@@ -91,12 +93,15 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             retry_wait_seconds=settings.retry_wait_seconds,
             max_elicitations_per_hour=settings.max_elicitations_per_hour,
         ),
-        catalog,
         sessions,
         entitlements,
         waiters,
         notifier,
-        toolset.paid_tools,
+        tool_index,
+    )
+    stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus)
+    await stack.enter_async_context(
+        periodic_reconciliation(stripe_sync.reconciler, settings.reconcile_interval_seconds)
     )
     mcp = build_mcp_server(settings, oauth, sessions)
     toolset.install(mcp, paywall)
@@ -117,7 +122,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         bus=bus,
         paywall=paywall,
         notifier=notifier,
-        webhooks=WebhookProcessor(sessions, gateway, StripeStateApplier(catalog, paywall.satisfied_by), bus),
+        webhooks=stripe_sync.processor,
+        reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
     )
 

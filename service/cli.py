@@ -6,13 +6,11 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
-import stripe
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from service.billing.plans import PlanCatalog, PlanCatalogError
-from service.billing.stripe_gateway import PriceNotFound, StripeGateway
+from service import cli_stripe
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
@@ -52,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     stripe_commands.add_parser(
         "sync-plans", help="create the plans' products and prices in the configured Stripe (idempotent)"
+    )
+    stripe_commands.add_parser("reconcile", help="read Stripe and repair what missed webhooks left wrong")
+    replay = stripe_commands.add_parser("replay-events", help="re-run Stripe's events since a time (UTC)")
+    replay.add_argument(
+        "--since", type=_utc_datetime, required=True, help="ISO 8601, e.g. 2026-11-01T00:00:00Z"
     )
     sandbox = stripe_commands.add_parser(
         "sandbox", help="serve the Stripe sandbox on its own (for several replicas)"
@@ -93,48 +96,22 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     return 0
 
 
-def _serve_sandbox(settings: Settings, port: int, webhook_urls: list[str]) -> int:
-    """The sandbox as its own process: one "Stripe" for any number of service replicas."""
-    import uvicorn
-
-    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
-
-    configure_logging(settings.log_level)
-    secret = settings.stripe_webhook_secret[0]
-    app = create_sandbox_app(
-        SandboxConfig(
-            api_key=settings.stripe_secret_key.get_secret_value(),
-            public_base_url=f"http://127.0.0.1:{port}",
-            webhook_endpoints=[(url, secret) for url in webhook_urls],
-            persist_path=settings.stripe_sandbox_state_file,
-            adversarial=settings.stripe_sandbox_adversarial,
-        )
-    )
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level=settings.log_level.lower())
-    return 0
-
-
-async def _stripe_sync_plans(settings: Settings) -> int:
-    """Against the embedded sandbox this needs the running service (`make run` syncs on start)."""
+def _stripe(settings: Settings, args: argparse.Namespace) -> int:
+    if args.action == "sandbox":
+        return cli_stripe.serve_sandbox(settings, args.port, args.webhook_url)
     try:
-        catalog = PlanCatalog.load(settings.plans_file)
-    except PlanCatalogError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    api_base = settings.stripe_api_base
-    if settings.embedded_stripe_sandbox:
-        api_base = f"http://127.0.0.1:{settings.stripe_sandbox_port}"
-    gateway = StripeGateway.create(settings.stripe_secret_key.get_secret_value(), api_base, catalog)
-    try:
-        for plan, price_id, created in await gateway.sync_plans():
-            verb = "created" if created else "exists "
-            print(f"{verb} {plan.id}\t{plan.lookup_key}\t{plan.price_label}\t{price_id}")
-    except (PriceNotFound, stripe.StripeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        await gateway.aclose()
-    return 0
+        if args.action == "sync-plans":
+            return asyncio.run(cli_stripe.sync_plans(settings))
+        if args.action == "reconcile":
+            return asyncio.run(cli_stripe.reconcile(settings))
+        return asyncio.run(cli_stripe.replay_events(settings, args.since))
+    except cli_stripe.CommandFailed as exc:
+        return cli_stripe.report_failures(exc)
+
+
+def _utc_datetime(value: str) -> datetime:
+    parsed = datetime.fromisoformat(value)
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,10 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "serve":
         return _serve(settings, args.host, args.port)
-    if args.command == "stripe" and args.action == "sandbox":
-        return _serve_sandbox(settings, args.port, args.webhook_url)
     if args.command == "stripe":
-        return asyncio.run(_stripe_sync_plans(settings))
+        return _stripe(settings, args)
     if args.command == "migrate":
         upgrade_to_head(settings.database_url)
         print("database is at the latest migration")

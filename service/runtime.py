@@ -21,6 +21,7 @@ from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.pages import Pages
 from service.webhooks.processor import WebhookProcessor
+from service.webhooks.reconciler import Reconciler
 
 
 @dataclass
@@ -42,4 +43,5 @@ class Runtime:
     paywall: Paywall
     notifier: SessionNotifier
     webhooks: WebhookProcessor
+    reconciler: Reconciler
     sandbox: Sandbox | None

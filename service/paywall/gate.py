@@ -26,7 +26,7 @@ from mcp_types import (
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
-from service.billing.plans import Plan, PlanCatalog
+from service.billing.plans import Plan
 from service.db.engine import SessionFactory
 from service.mcp_server.caller import Caller, current_caller
 from service.paywall.bus import PaymentWaiters, wait_for
@@ -34,6 +34,7 @@ from service.paywall.elicitations import ElicitationRequest, RateLimited, open_o
 from service.paywall.entitlements import Entitlements
 from service.paywall.models import Elicitation
 from service.paywall.notifier import SessionNotifier
+from service.paywall.tool_index import PaidToolIndex
 from service.paywall.toolset import ElicitationStyle, PaidTool
 
 INPUT_REQUEST_KEY = "payment"
@@ -58,33 +59,18 @@ class Paywall:
     def __init__(
         self,
         settings: GateSettings,
-        catalog: PlanCatalog,
         sessions: SessionFactory,
         entitlements: Entitlements,
         waiters: PaymentWaiters,
         notifier: SessionNotifier,
-        paid_tools: dict[str, PaidTool],
+        tools: PaidToolIndex,
     ) -> None:
         self._settings = settings
-        self._catalog = catalog
         self._sessions = sessions
         self._entitlements = entitlements
         self._waiters = waiters
         self._notifier = notifier
-        self._paid_tools = paid_tools
-
-    def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
-        """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
-        named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
-        listed = self._catalog.plans_unlocking(tool.name)
-        unique = {plan.id: plan for plan in [*named, *listed]}
-        return sorted(unique.values(), key=lambda plan: plan.amount)
-
-    def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
-        """Whether the user's plans now unlock the tool this elicitation was opened for."""
-        tool = self._paid_tools.get(elicitation.tool_name)
-        unlocking = {plan.id for plan in self.unlocking_plans(tool)} if tool else set()
-        return not entitled_plan_ids.isdisjoint(unlocking | {elicitation.plan_id})
+        self._tools = tools
 
     def payment_url(self, elicitation_id: str) -> str:
         return f"{self._settings.public_base_url}/pay/{elicitation_id}"
@@ -93,7 +79,7 @@ class Paywall:
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
     ) -> CallToolResult | InputRequiredResult | None:
         caller = current_caller()
-        plans = self.unlocking_plans(tool)
+        plans = self._tools.unlocking_plans(tool)
         if not plans:
             return error_result(f"{tool.name} is not offered in any plan right now.")
         plan_ids = [plan.id for plan in plans]

@@ -44,6 +44,7 @@ class Outcome:
     status: str = "applied"  # applied | ignored | duplicate
     detail: str | None = None
     changes: list[EntitlementChanged] = field(default_factory=list)
+    status_changed: bool = False
 
 
 def field_of(obj: Any, name: str) -> Any:
@@ -145,7 +146,10 @@ class StripeStateApplier:
                 status=change.new_status,
                 source=source,
             )
-        return Outcome(changes=[EntitlementChanged(change.user_id, tuple(item.id for item in completed))])
+        return Outcome(
+            changes=[EntitlementChanged(change.user_id, tuple(item.id for item in completed))],
+            status_changed=change.old_status != change.new_status or bool(completed),
+        )
 
     async def checkout_expired(self, session: AsyncSession, checkout: Any) -> Outcome:
         metadata = field_of(checkout, "metadata") or {}

@@ -1,0 +1,119 @@
+"""`python -m service stripe ...`: plans, reconciliation, event replay, and a standalone sandbox."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+import stripe
+
+from service.billing.plans import PlanCatalog, PlanCatalogError
+from service.billing.stripe_gateway import PriceNotFound, StripeGateway
+from service.db.engine import create_engine, create_session_factory
+from service.example_tools import tools as example_tools
+from service.logging_setup import configure_logging
+from service.paywall.bus import InProcessBus
+from service.paywall.tool_index import PaidToolIndex
+from service.settings import Settings
+from service.webhooks.wiring import StripeSync, build_stripe_sync
+
+
+class CommandFailed(Exception):
+    """Printed as `error: ...`; the command exits 1."""
+
+
+@dataclass(frozen=True)
+class StripeContext:
+    gateway: StripeGateway
+    sync: StripeSync
+
+
+def stripe_api_base(settings: Settings) -> str | None:
+    if settings.embedded_stripe_sandbox:
+        # The sandbox `make run` serves; these commands need the service running.
+        return f"http://127.0.0.1:{settings.stripe_sandbox_port}"
+    return settings.stripe_api_base
+
+
+@asynccontextmanager
+async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
+    try:
+        catalog = PlanCatalog.load(settings.plans_file)
+    except PlanCatalogError as exc:
+        raise CommandFailed(str(exc)) from exc
+    engine = create_engine(settings.database_url)
+    gateway = StripeGateway.create(
+        settings.stripe_secret_key.get_secret_value(), stripe_api_base(settings), catalog
+    )
+    try:
+        tools = PaidToolIndex(catalog, example_tools.paid_tools)
+        sync = build_stripe_sync(
+            settings, catalog, tools, create_session_factory(engine), gateway, InProcessBus()
+        )
+        yield StripeContext(gateway, sync)
+    except (PriceNotFound, stripe.StripeError) as exc:
+        raise CommandFailed(str(exc)) from exc
+    finally:
+        await gateway.aclose()
+        await engine.dispose()
+
+
+async def sync_plans(settings: Settings) -> int:
+    async with stripe_context(settings) as context:
+        for plan, price_id, created in await context.gateway.sync_plans():
+            verb = "created" if created else "exists "
+            print(f"{verb} {plan.id}\t{plan.lookup_key}\t{plan.price_label}\t{price_id}")
+    return 0
+
+
+async def reconcile(settings: Settings) -> int:
+    async with stripe_context(settings) as context:
+        report = await context.sync.reconciler.run()
+    if not report.ran:
+        print("another process holds the reconciliation lease; nothing done")
+        return 0
+    print(
+        f"checked {report.checkouts} checkout sessions and {report.subscriptions} subscriptions; "
+        f"repaired {report.repaired}, ignored {report.ignored}"
+    )
+    return 0
+
+
+async def replay_events(settings: Settings, since: datetime) -> int:
+    """Feeds Stripe's events since `since` through the webhook pipeline; stored ones are skipped."""
+    counts: dict[str, int] = {}
+    async with stripe_context(settings) as context:
+        for event in await context.gateway.events_since(int(since.timestamp())):
+            outcome = await context.sync.processor.process(event)
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    print(", ".join(f"{status}: {count}" for status, count in sorted(counts.items())) or "no events")
+    return 0
+
+
+def serve_sandbox(settings: Settings, port: int, webhook_urls: list[str]) -> int:
+    """The sandbox as its own process: one "Stripe" for any number of service replicas."""
+    import uvicorn
+
+    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+
+    configure_logging(settings.log_level)
+    secret = settings.stripe_webhook_secret[0]
+    app = create_sandbox_app(
+        SandboxConfig(
+            api_key=settings.stripe_secret_key.get_secret_value(),
+            public_base_url=f"http://127.0.0.1:{port}",
+            webhook_endpoints=[(url, secret) for url in webhook_urls],
+            persist_path=settings.stripe_sandbox_state_file,
+            adversarial=settings.stripe_sandbox_adversarial,
+        )
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level=settings.log_level.lower())
+    return 0
+
+
+def report_failures(exc: CommandFailed) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 1

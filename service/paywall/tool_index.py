@@ -1,0 +1,26 @@
+"""Which plans unlock which paid tool: the decorator's plans and the plans file, together."""
+
+from __future__ import annotations
+
+from service.billing.plans import Plan, PlanCatalog
+from service.paywall.models import Elicitation
+from service.paywall.toolset import PaidTool
+
+
+class PaidToolIndex:
+    def __init__(self, catalog: PlanCatalog, paid_tools: dict[str, PaidTool]) -> None:
+        self._catalog = catalog
+        self._paid_tools = paid_tools
+
+    def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
+        """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
+        named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
+        listed = self._catalog.plans_unlocking(tool.name)
+        unique = {plan.id: plan for plan in [*named, *listed]}
+        return sorted(unique.values(), key=lambda plan: plan.amount)
+
+    def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
+        """Whether the user's plans now unlock the tool this elicitation was opened for."""
+        tool = self._paid_tools.get(elicitation.tool_name)
+        unlocking = {plan.id for plan in self.unlocking_plans(tool)} if tool else set()
+        return not entitled_plan_ids.isdisjoint(unlocking | {elicitation.plan_id})
