@@ -9,10 +9,12 @@
 # project itself into site-packages would make that path resolve to site-packages/alembic, which
 # is the alembic *library*, so the project is deliberately not pip-installed.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Both stages use the same base (CPython 3.11, the version CI tests), so the virtualenv's
+# interpreter symlink /opt/venv/bin/python -> /usr/local/bin/python3.11 resolves in the final stage.
+# Pin it by digest in the release pipeline (python:3.11-slim-bookworm@sha256:...).
 
 # ---- builder: resolve and install the dependencies into a virtualenv ----------------------------
-FROM ${PYTHON_IMAGE} AS builder
+FROM python:3.11-slim-bookworm AS builder
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -29,7 +31,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
 
 # ---- final: the same base, the virtualenv and the source; no pip, no compiler, no secrets -------
-FROM ${PYTHON_IMAGE}
+FROM python:3.11-slim-bookworm
 
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONPATH=/app \

@@ -1,0 +1,202 @@
+"""Project rules for the rendered overlays, beyond the Kubernetes schemas and checkov.
+
+Usage: checks.py RENDERED.yaml... ; prints one line per overlay, the problems found, and exits 1
+if there are any. Run by k8s/validate with the tools virtualenv (PyYAML comes with checkov).
+It also prints, as JSON on the last line after "ARGV ", every `python -m service ...` argument
+list found, which k8s/validate then parses with the service's own CLI parser.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET_NAME = "paid-mcp-service-secrets"
+SECRET_ENV = {"DATABASE_URL", "SECRET_KEY", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "REQUEST_STATE_KEYS"}
+SERVICE_COMMAND = ["python", "-m", "service"]
+WORKLOADS = {"Deployment", "Job"}
+
+
+def graceful_shutdown_seconds() -> int:
+    match = re.search(r"timeout_graceful_shutdown=(\d+)", (ROOT / "service" / "cli.py").read_text())
+    if not match:
+        raise SystemExit("service/cli.py: timeout_graceful_shutdown=<seconds> not found")
+    return int(match.group(1))
+
+
+def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def check_container(where: str, container: dict, problems: list[str]) -> None:
+    sc = container.get("securityContext", {})
+    expected = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "privileged": False,
+    }
+    for key, value in expected.items():
+        if sc.get(key) is not value:
+            problems.append(f"{where}: securityContext.{key} must be {value}")
+    if sc.get("capabilities", {}).get("drop") != ["ALL"]:
+        problems.append(f"{where}: securityContext.capabilities.drop must be [ALL]")
+    if sc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        problems.append(f"{where}: seccompProfile must be RuntimeDefault")
+    resources = container.get("resources", {})
+    for kind in ("requests", "limits"):
+        for resource in ("cpu", "memory"):
+            if resource not in resources.get(kind, {}):
+                problems.append(f"{where}: resources.{kind}.{resource} missing")
+    image = container.get("image", "")
+    if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?/[a-z0-9./_-]+(:[\w.-]+|@sha256:[0-9a-f]{64})", image) or image.endswith(
+        ":latest"
+    ):
+        problems.append(f"{where}: image {image!r} is not <registry>/<name>:<tag> (set by kustomize images:)")
+    if not any(m.get("mountPath") == "/tmp" for m in container.get("volumeMounts", [])):
+        problems.append(f"{where}: /tmp must be a writable volume (the root filesystem is read-only)")
+    for env in container.get("env", []):
+        name = env["name"]
+        ref = env.get("valueFrom", {}).get("secretKeyRef")
+        if name in SECRET_ENV or re.search(r"SECRET|PASSWORD|TOKEN|_KEYS?$", name):
+            if "value" in env or not ref:
+                problems.append(f"{where}: {name} must come from a secretKeyRef, never a value")
+            elif ref.get("name") != SECRET_NAME or ref.get("key") != name:
+                problems.append(f"{where}: {name} must reference {SECRET_NAME}/{name}")
+
+
+def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
+    docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+    problems: list[str] = []
+    by_kind: dict[str, list[dict]] = {}
+    for doc in docs:
+        by_kind.setdefault(doc["kind"], []).append(doc)
+        if doc["kind"] == "Secret":
+            problems.append(f"{doc['metadata']['name']}: a Secret is rendered; secrets are never in the repository")
+
+    namespaces = {doc["metadata"].get("namespace") for doc in docs if doc["kind"] != "Namespace"}
+    if len(namespaces) != 1 or None in namespaces:
+        problems.append(f"every object needs the overlay's one namespace, got {sorted(map(str, namespaces))}")
+
+    configmaps = {cm["metadata"]["name"]: cm.get("data", {}) for cm in by_kind.get("ConfigMap", [])}
+    services = {svc["metadata"]["name"]: svc for svc in by_kind.get("Service", [])}
+    policies = by_kind.get("NetworkPolicy", [])
+    pods: list[tuple[str, dict]] = []
+    grace = graceful_shutdown_seconds()
+
+    for workload in (d for d in docs if d["kind"] in WORKLOADS):
+        name = f"{workload['kind']}/{workload['metadata']['name']}"
+        template = workload["spec"]["template"]
+        spec = template["spec"]
+        pods.append((name, template["metadata"].get("labels", {})))
+        if spec.get("automountServiceAccountToken") is not False:
+            problems.append(f"{name}: automountServiceAccountToken must be false")
+        if spec.get("securityContext", {}).get("runAsNonRoot") is not True:
+            problems.append(f"{name}: pod securityContext.runAsNonRoot must be true")
+        for container in spec.get("containers", []):
+            where = f"{name}/{container['name']}"
+            check_container(where, container, problems)
+            for source in container.get("envFrom", []):
+                ref = source.get("configMapRef", {}).get("name")
+                if ref and ref not in configmaps:
+                    problems.append(f"{where}: envFrom ConfigMap {ref} is not rendered")
+            if container.get("command") == SERVICE_COMMAND:
+                argv.append(container.get("args", []))
+            elif container.get("command"):
+                problems.append(f"{where}: command must be {SERVICE_COMMAND}")
+            if workload["kind"] == "Deployment" and container.get("args") == ["serve"]:
+                for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                    if container.get(probe, {}).get("httpGet", {}).get("path") != path:
+                        problems.append(f"{where}: {probe} must GET {path}")
+                pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+                sleep = int(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0
+                if sleep < 3:
+                    problems.append(f"{where}: preStop must sleep a few seconds so endpoints drain")
+                total = spec.get("terminationGracePeriodSeconds", 30)
+                if total < sleep + grace:
+                    problems.append(
+                        f"{name}: terminationGracePeriodSeconds {total} < preStop {sleep} s + graceful "
+                        f"shutdown {grace} s (service/cli.py)"
+                    )
+
+    for name, labels in pods:
+        if not any(labels_match(p["spec"]["podSelector"].get("matchLabels", {}), labels) for p in policies):
+            problems.append(f"{name}: no NetworkPolicy selects its pods")
+
+    for svc in services.values():
+        selector = svc["spec"].get("selector", {})
+        if not any(labels_match(selector, labels) for _, labels in pods):
+            problems.append(f"Service/{svc['metadata']['name']}: selector matches no pod template")
+
+    mcp_paths = 0
+    for ingress in by_kind.get("Ingress", []):
+        annotations = ingress["metadata"].get("annotations", {})
+        for rule in ingress["spec"]["rules"]:
+            for path in rule["http"]["paths"]:
+                backend = path["backend"]["service"]
+                target = services.get(backend["name"])
+                ports = {p.get("name") for p in target["spec"]["ports"]} if target else set()
+                if backend["port"].get("name") not in ports:
+                    problems.append(f"Ingress/{ingress['metadata']['name']}: backend {backend} does not exist")
+                if path["path"] == "/mcp":
+                    mcp_paths += 1
+                    if not annotations.get("nginx.ingress.kubernetes.io/upstream-hash-by"):
+                        problems.append("Ingress for /mcp must hash consistently (legacy sessions are sticky)")
+                    # A service shared with non-hashed paths would share one upstream in ingress-nginx.
+                    if backend["name"] == "paid-mcp-service":
+                        problems.append("/mcp must use its own Service (its own upstream)")
+    if mcp_paths != 1:
+        problems.append(f"expected exactly one Ingress path /mcp, found {mcp_paths}")
+
+    for hpa in by_kind.get("HorizontalPodAutoscaler", []):
+        ref = hpa["spec"]["scaleTargetRef"]
+        if not any(d["kind"] == ref["kind"] and d["metadata"]["name"] == ref["name"] for d in docs):
+            problems.append(f"HPA/{hpa['metadata']['name']}: target {ref['kind']}/{ref['name']} not rendered")
+        if hpa["spec"].get("minReplicas", 1) < 2:
+            problems.append(f"HPA/{hpa['metadata']['name']}: minReplicas must be >= 2 (PDB minAvailable 1)")
+    for pdb in by_kind.get("PodDisruptionBudget", []):
+        selector = pdb["spec"]["selector"].get("matchLabels", {})
+        if not any(labels_match(selector, labels) for _, labels in pods):
+            problems.append(f"PDB/{pdb['metadata']['name']}: selector matches no pod template")
+
+    config = next((data for name, data in configmaps.items() if name.startswith("paid-mcp-service-config")), None)
+    if config is None:
+        problems.append("ConfigMap paid-mcp-service-config is not rendered")
+    else:
+        if config.get("HOST") != "0.0.0.0":
+            problems.append("HOST must be 0.0.0.0 in a container")
+        if config.get("ENVIRONMENT") == "production" and not config.get("PUBLIC_BASE_URL", "").startswith("https://"):
+            problems.append("production needs an https PUBLIC_BASE_URL")
+        if config.get("ENVIRONMENT") == "production" and config.get("STRIPE_API_BASE"):
+            problems.append("production must talk to the real Stripe API (no STRIPE_API_BASE)")
+        api_base = config.get("STRIPE_API_BASE")
+        if api_base:
+            host = re.sub(r"^https?://([^:/]+).*$", r"\1", api_base)
+            if host not in services:
+                problems.append(f"STRIPE_API_BASE {api_base} names no rendered Service")
+        leaked = sorted(SECRET_ENV & set(config))
+        if leaked:
+            problems.append(f"ConfigMap holds secret settings {leaked}")
+    return problems
+
+
+def main(paths: list[str]) -> int:
+    argv: list[list[str]] = []
+    failed = False
+    for name in paths:
+        problems = check_overlay(Path(name), argv)
+        print(f"{Path(name).stem}: {'ok' if not problems else f'{len(problems)} problem(s)'}")
+        for problem in problems:
+            print(f"  - {problem}")
+        failed |= bool(problems)
+    print("ARGV " + json.dumps(argv))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
