@@ -236,14 +236,18 @@ async def hold_idle(spec: dict[str, Any]) -> None:
     port, token, count = spec["port"], spec.get("token"), int(spec["sessions"])
     deadline = time.monotonic() + float(spec["hold_seconds"])
     connections: list[wire.Connection] = []
+    session_ids: list[str] = []
     semaphore = asyncio.Semaphore(16)
 
     async def open_one() -> None:
         async with semaphore:
             control, stream = wire.Connection(port), wire.Connection(port)
             await control.open()
-            session_id = await wire.open_legacy_session(control, token)
-            control.close()
+            try:
+                session_id = await wire.open_legacy_session(control, token)
+            finally:
+                control.close()
+            session_ids.append(session_id)
             await stream.open()
             await wire.open_get_stream(stream, token, session_id)
             connections.append(stream)
@@ -263,6 +267,18 @@ async def hold_idle(spec: dict[str, Any]) -> None:
         pass
     for conn in connections:
         conn.close()
+    # End the sessions too (DELETE), so later measurements do not run next to 1,000 orphans.
+    control = wire.Connection(port)
+    try:
+        async with asyncio.timeout(60):
+            await control.open()
+            for session_id in session_ids:
+                headers = wire.mcp_headers(token, session_id=session_id, version=wire.LEGACY_VERSION)
+                await control.request("DELETE", "/mcp", headers)
+    except (OSError, TimeoutError, wire.WireError):
+        pass
+    finally:
+        control.close()
 
 
 def main() -> None:
