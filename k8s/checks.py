@@ -12,28 +12,37 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRET_NAME = "paid-mcp-service-secrets"
-SECRET_ENV = {"DATABASE_URL", "SECRET_KEY", "STRIPE_SECRET_KEY", "STRIPE_WEBHOOK_SECRET", "REQUEST_STATE_KEYS"}
+SECRET_NAME = "paid-mcp-service-secrets"  # noqa: S105 - a Secret object's name
+SECRET_ENV = {
+    "DATABASE_URL",
+    "SECRET_KEY",
+    "STRIPE_SECRET_KEY",
+    "STRIPE_WEBHOOK_SECRET",
+    "REQUEST_STATE_KEYS",
+}
+IMAGE = re.compile(r"[a-z0-9.-]+(:\d+)?/[a-z0-9./_-]+(:[\w.-]+|@sha256:[0-9a-f]{64})")
 SERVICE_COMMAND = ["python", "-m", "service"]
 WORKLOADS = {"Deployment", "Job"}
 
 
 def graceful_shutdown_seconds() -> int:
-    match = re.search(r"timeout_graceful_shutdown=(\d+)", (ROOT / "service" / "cli.py").read_text())
-    if not match:
-        raise SystemExit("service/cli.py: timeout_graceful_shutdown=<seconds> not found")
-    return int(match.group(1))
+    for source in sorted((ROOT / "service").glob("cli*.py")):
+        match = re.search(r"timeout_graceful_shutdown=(\d+)", source.read_text())
+        if match:
+            return int(match.group(1))
+    raise SystemExit("service/cli*.py: uvicorn's timeout_graceful_shutdown=<seconds> not found")
 
 
 def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
     return all(labels.get(key) == value for key, value in selector.items())
 
 
-def check_container(where: str, container: dict, problems: list[str]) -> None:
+def check_container(where: str, container: dict[str, Any], problems: list[str]) -> None:
     sc = container.get("securityContext", {})
     expected = {
         "runAsNonRoot": True,
@@ -54,11 +63,10 @@ def check_container(where: str, container: dict, problems: list[str]) -> None:
             if resource not in resources.get(kind, {}):
                 problems.append(f"{where}: resources.{kind}.{resource} missing")
     image = container.get("image", "")
-    if not re.fullmatch(r"[a-z0-9.-]+(:\d+)?/[a-z0-9./_-]+(:[\w.-]+|@sha256:[0-9a-f]{64})", image) or image.endswith(
-        ":latest"
-    ):
+    if not IMAGE.fullmatch(image) or image.endswith(":latest"):
         problems.append(f"{where}: image {image!r} is not <registry>/<name>:<tag> (set by kustomize images:)")
-    if not any(m.get("mountPath") == "/tmp" for m in container.get("volumeMounts", [])):
+    mounts = [m.get("mountPath") for m in container.get("volumeMounts", [])]
+    if "/tmp" not in mounts:  # noqa: S108
         problems.append(f"{where}: /tmp must be a writable volume (the root filesystem is read-only)")
     for env in container.get("env", []):
         name = env["name"]
@@ -70,14 +78,16 @@ def check_container(where: str, container: dict, problems: list[str]) -> None:
                 problems.append(f"{where}: {name} must reference {SECRET_NAME}/{name}")
 
 
-def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
-    docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
+def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
+    docs = [doc for doc in yaml.safe_load_all(rendered.read_text()) if doc]
     problems: list[str] = []
-    by_kind: dict[str, list[dict]] = {}
+    by_kind: dict[str, list[dict[str, Any]]] = {}
     for doc in docs:
         by_kind.setdefault(doc["kind"], []).append(doc)
         if doc["kind"] == "Secret":
-            problems.append(f"{doc['metadata']['name']}: a Secret is rendered; secrets are never in the repository")
+            problems.append(
+                f"{doc['metadata']['name']}: a Secret is rendered; no secret belongs in the repository"
+            )
 
     namespaces = {doc["metadata"].get("namespace") for doc in docs if doc["kind"] != "Namespace"}
     if len(namespaces) != 1 or None in namespaces:
@@ -86,7 +96,7 @@ def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
     configmaps = {cm["metadata"]["name"]: cm.get("data", {}) for cm in by_kind.get("ConfigMap", [])}
     services = {svc["metadata"]["name"]: svc for svc in by_kind.get("Service", [])}
     policies = by_kind.get("NetworkPolicy", [])
-    pods: list[tuple[str, dict]] = []
+    pods: list[tuple[str, dict[str, Any]]] = []
     grace = graceful_shutdown_seconds()
 
     for workload in (d for d in docs if d["kind"] in WORKLOADS):
@@ -96,6 +106,10 @@ def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
         pods.append((name, template["metadata"].get("labels", {})))
         if spec.get("automountServiceAccountToken") is not False:
             problems.append(f"{name}: automountServiceAccountToken must be false")
+        # Service links would inject e.g. STRIPE_SANDBOX_PORT=tcp://... for the stripe-sandbox
+        # Service, which the settings would read as the sandbox port and refuse.
+        if spec.get("enableServiceLinks") is not False:
+            problems.append(f"{name}: enableServiceLinks must be false (its variables clash with settings)")
         if spec.get("securityContext", {}).get("runAsNonRoot") is not True:
             problems.append(f"{name}: pod securityContext.runAsNonRoot must be true")
         for container in spec.get("containers", []):
@@ -110,10 +124,11 @@ def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
             elif container.get("command"):
                 problems.append(f"{where}: command must be {SERVICE_COMMAND}")
             if workload["kind"] == "Deployment" and container.get("args") == ["serve"]:
-                for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
-                    if container.get(probe, {}).get("httpGet", {}).get("path") != path:
-                        problems.append(f"{where}: {probe} must GET {path}")
-                pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+                for probe, url in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+                    if container.get(probe, {}).get("httpGet", {}).get("path") != url:
+                        problems.append(f"{where}: {probe} must GET {url}")
+                pre_stop = container.get("lifecycle", {}).get("preStop", {}).get("exec", {})
+                pre_stop = pre_stop.get("command", [])
                 sleep = int(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0
                 if sleep < 3:
                     problems.append(f"{where}: preStop must sleep a few seconds so endpoints drain")
@@ -137,16 +152,16 @@ def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
     for ingress in by_kind.get("Ingress", []):
         annotations = ingress["metadata"].get("annotations", {})
         for rule in ingress["spec"]["rules"]:
-            for path in rule["http"]["paths"]:
-                backend = path["backend"]["service"]
+            for entry in rule["http"]["paths"]:
+                backend = entry["backend"]["service"]
                 target = services.get(backend["name"])
                 ports = {p.get("name") for p in target["spec"]["ports"]} if target else set()
                 if backend["port"].get("name") not in ports:
-                    problems.append(f"Ingress/{ingress['metadata']['name']}: backend {backend} does not exist")
-                if path["path"] == "/mcp":
+                    problems.append(f"Ingress/{ingress['metadata']['name']}: no backend {backend}")
+                if entry["path"] == "/mcp":
                     mcp_paths += 1
                     if not annotations.get("nginx.ingress.kubernetes.io/upstream-hash-by"):
-                        problems.append("Ingress for /mcp must hash consistently (legacy sessions are sticky)")
+                        problems.append("Ingress /mcp must hash consistently: legacy sessions are sticky")
                     # A service shared with non-hashed paths would share one upstream in ingress-nginx.
                     if backend["name"] == "paid-mcp-service":
                         problems.append("/mcp must use its own Service (its own upstream)")
@@ -164,13 +179,16 @@ def check_overlay(path: Path, argv: list[list[str]]) -> list[str]:
         if not any(labels_match(selector, labels) for _, labels in pods):
             problems.append(f"PDB/{pdb['metadata']['name']}: selector matches no pod template")
 
-    config = next((data for name, data in configmaps.items() if name.startswith("paid-mcp-service-config")), None)
+    prefix = "paid-mcp-service-config"
+    config = next((data for name, data in configmaps.items() if name.startswith(prefix)), None)
     if config is None:
         problems.append("ConfigMap paid-mcp-service-config is not rendered")
     else:
-        if config.get("HOST") != "0.0.0.0":
+        if config.get("HOST") != "0.0.0.0":  # noqa: S104
             problems.append("HOST must be 0.0.0.0 in a container")
-        if config.get("ENVIRONMENT") == "production" and not config.get("PUBLIC_BASE_URL", "").startswith("https://"):
+        if config.get("ENVIRONMENT") == "production" and not config.get("PUBLIC_BASE_URL", "").startswith(
+            "https://"
+        ):
             problems.append("production needs an https PUBLIC_BASE_URL")
         if config.get("ENVIRONMENT") == "production" and config.get("STRIPE_API_BASE"):
             problems.append("production must talk to the real Stripe API (no STRIPE_API_BASE)")
