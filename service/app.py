@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.billing.embedded_sandbox import embedded_sandbox
+from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
@@ -22,6 +23,7 @@ from service.example_tools import tools as example_tools
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import build_mcp_app, build_mcp_server
 from service.paywall.bus import InProcessBus, PaymentWaiters
 from service.paywall.entitlements import Entitlements
@@ -104,6 +106,13 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         periodic_reconciliation(stripe_sync.reconciler, settings.reconcile_interval_seconds)
     )
     mcp = build_mcp_server(settings, oauth, sessions)
+    register_billing_tools(
+        mcp,
+        sessions,
+        catalog,
+        public_base_url=settings.public_base_url,
+        grace_seconds=settings.past_due_grace_seconds,
+    )
     toolset.install(mcp, paywall)
     return Runtime(
         settings=settings,
@@ -177,6 +186,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health_router)
     app.include_router(identity_router)
     app.include_router(payment_router)
+    app.include_router(billing_router)
     app.include_router(webhook_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Last, so our own routes win: /mcp, OAuth metadata, /authorize, /token, /register, /revoke.

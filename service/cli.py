@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     sandbox = stripe_commands.add_parser(
         "sandbox", help="serve the Stripe sandbox on its own (for several replicas)"
     )
+    sandbox.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     sandbox.add_argument("--port", type=int, default=8001)
     sandbox.add_argument(
         "--webhook-url", action="append", default=[], help="endpoint to deliver events to (repeatable)"
@@ -98,7 +99,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
 
 def _stripe(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "sandbox":
-        return cli_stripe.serve_sandbox(settings, args.port, args.webhook_url)
+        return cli_stripe.serve_sandbox(settings, args.host, args.port, args.webhook_url)
     try:
         if args.action == "sync-plans":
             return asyncio.run(cli_stripe.sync_plans(settings))

@@ -93,7 +93,7 @@ async def replay_events(settings: Settings, since: datetime) -> int:
     return 0
 
 
-def serve_sandbox(settings: Settings, port: int, webhook_urls: list[str]) -> int:
+def serve_sandbox(settings: Settings, host: str, port: int, webhook_urls: list[str]) -> int:
     """The sandbox as its own process: one "Stripe" for any number of service replicas."""
     import uvicorn
 
@@ -110,7 +110,7 @@ def serve_sandbox(settings: Settings, port: int, webhook_urls: list[str]) -> int
             adversarial=settings.stripe_sandbox_adversarial,
         )
     )
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level=settings.log_level.lower())
+    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
     return 0
 
 

@@ -28,7 +28,9 @@ async def get_session(runtime: RuntimeDep) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+# scope="function": commit before the response leaves, so a client that follows a redirect at once
+# (a browser after login, a second press of the pay button) always sees what this request wrote.
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 
 
 async def get_browser_user(request: Request, runtime: RuntimeDep, session: SessionDep) -> User | None:

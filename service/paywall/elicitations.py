@@ -140,3 +140,31 @@ async def undelivered(session: AsyncSession, elicitation_ids: Iterable[str]) -> 
         )
     )
     return list(result.all())
+
+
+async def restart(
+    session: AsyncSession, old: Elicitation, *, ttl: timedelta, max_new_per_hour: int
+) -> Elicitation:
+    """Replace an expired elicitation; the sessions owed the old one's notice are owed the new one's."""
+    if old.status == ElicitationStatus.OPEN.value:
+        old.status = ElicitationStatus.EXPIRED.value
+        session.add(old)
+        await session.flush()
+    fresh, _ = await open_or_reuse(
+        session,
+        ElicitationRequest(
+            user_id=old.user_id,
+            plan_id=old.plan_id,
+            tool_name=old.tool_name,
+            protocol_era=old.protocol_era,
+            mcp_session_id=None,
+            ttl=ttl,
+            max_new_per_hour=max_new_per_hour,
+        ),
+    )
+    owed = await session.exec(
+        select(ElicitationDelivery).where(col(ElicitationDelivery.elicitation_id) == old.id)
+    )
+    for delivery in owed.all():
+        await _remember_session(session, fresh.id, delivery.mcp_session_id)
+    return fresh

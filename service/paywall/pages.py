@@ -20,6 +20,7 @@ from service.db.metadata import utcnow
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
 from service.identity.endpoints import login_path
 from service.identity.models import User
+from service.paywall.elicitations import RateLimited, restart
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.runtime import Runtime
 
@@ -64,12 +65,18 @@ async def _checked(
             "Already paid", "This subscription is active. Return to your MCP client; the tool is unlocked."
         )
     if elicitation.status == ElicitationStatus.EXPIRED.value or elicitation.expires_at <= utcnow():
-        return pages.message(
-            "Payment link expired",
-            "This payment link has expired and nothing was charged. Call the tool again in your MCP client "
-            "to get a fresh link.",
+        nonce, token = runtime.csrf.issue(request)
+        page = pages.render(
+            "action.html",
             status_code=410,
+            title="Payment link expired",
+            message="This payment link has expired and nothing was charged. Start again here, or call the "
+            "tool again in your MCP client to get a fresh link.",
+            action=f"/pay/{elicitation.id}/restart",
+            button="Start again",
+            csrf_token=token,
         )
+        return runtime.csrf.attach(page, nonce)
     return elicitation
 
 
@@ -195,3 +202,39 @@ async def checkout_cancelled(elicitation_id: str, runtime: RuntimeDep) -> Respon
         link_href=f"/pay/{elicitation_id}",
         link_text="Back to the payment page",
     )
+
+
+@router.post("/pay/{elicitation_id}/restart")
+async def restart_expired(
+    elicitation_id: str,
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    user: BrowserUser,
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    """A fresh elicitation in place of an expired one, owed to the same MCP sessions."""
+    if user is None or not runtime.csrf.verify(request, csrf_token):
+        return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
+    old = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
+    expired = old is not None and (
+        old.status == ElicitationStatus.EXPIRED.value
+        or (old.status == ElicitationStatus.OPEN.value and old.expires_at <= utcnow())
+    )
+    if old is None or old.user_id != user.id or not expired:
+        checked = await _checked(runtime, session, user, elicitation_id, request)  # the same refusals
+        if isinstance(checked, Elicitation):
+            return RedirectResponse(f"/pay/{elicitation_id}", status_code=303)
+        return checked
+    try:
+        fresh = await restart(
+            session,
+            old,
+            ttl=timedelta(seconds=runtime.settings.elicitation_ttl_seconds),
+            max_new_per_hour=runtime.settings.max_elicitations_per_hour,
+        )
+    except RateLimited as exc:
+        response = runtime.pages.message("Too many attempts", str(exc).capitalize() + ".", status_code=429)
+        response.headers["Retry-After"] = str(exc.retry_after_seconds)
+        return response
+    return RedirectResponse(f"/pay/{fresh.id}", status_code=303)

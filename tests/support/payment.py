@@ -31,7 +31,9 @@ async def open_checkout(service: RunningService, payment_url: str, username: str
 
 
 def checkout_session_id(checkout_url: str) -> str:
-    return next(part for part in urlsplit(checkout_url).path.split("/") if part.startswith("cs_"))
+    ids = [part for part in urlsplit(checkout_url).path.split("/") if part.startswith("cs_")]
+    assert ids, f"not a Checkout URL: {checkout_url}"
+    return ids[0]
 
 
 async def pay(service: RunningService, payment_url: str, username: str, card: str = GOOD_CARD) -> str:

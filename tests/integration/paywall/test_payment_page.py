@@ -11,8 +11,8 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
-from service.paywall.models import Elicitation
-from tests.support.browserless import log_in_through_form
+from service.paywall.models import Elicitation, ElicitationDelivery
+from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import checkout_session_id, open_checkout, pay
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
@@ -63,9 +63,33 @@ async def test_expired_link_offers_a_fresh_start(service: RunningService) -> Non
         session.add(row)
     refused = await open_checkout(service, url, "cat")
     assert refused.status_code == 410
-    assert "Call the tool again" in refused.text
+    assert "expired and nothing was charged" in refused.text
     fresh = await elicit_again(service, "cat")
     assert fresh != url, "an expired elicitation is replaced, not reused"
+
+
+async def test_expired_link_page_starts_again_for_the_same_sessions(service: RunningService) -> None:
+    url = await elicit(service, "cal")
+    old_id = url.rsplit("/", 1)[1]
+    async with service.runtime.sessions() as session, session.begin():
+        row = await session.get(Elicitation, old_id)
+        assert row is not None
+        row.expires_at = utcnow() - timedelta(seconds=1)
+        session.add(row)
+    path = urlsplit(url).path
+    async with service.http() as browser:
+        await log_in_through_form(browser, f"/login?next={path}", "cal", DEFAULT_PASSWORD)
+        expired = await browser.get(path)
+        assert expired.status_code == 410
+        restarted = await browser.post(f"{path}/restart", data={"csrf_token": csrf_token(expired.text)})
+        assert restarted.status_code == 303
+        new_path = restarted.headers["location"]
+        assert new_path.startswith("/pay/el_") and new_path != path
+        assert (await browser.get(new_path)).status_code == 200
+    new_id = new_path.rsplit("/", 1)[1]
+    old_sessions = {row.mcp_session_id for row in await service.rows(ElicitationDelivery, elicitation_id=old_id)}
+    new_sessions = {row.mcp_session_id for row in await service.rows(ElicitationDelivery, elicitation_id=new_id)}
+    assert old_sessions and new_sessions == old_sessions
 
 
 async def elicit_again(service: RunningService, username: str) -> str:

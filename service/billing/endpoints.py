@@ -1,0 +1,62 @@
+"""`/billing`: the signed-in user's way to Stripe's billing portal, behind our own identity check."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import RedirectResponse, Response
+
+from service.billing.models import StripeCustomer
+from service.dependencies import BrowserUser, RuntimeDep, SessionDep
+from service.identity.endpoints import login_path
+
+router = APIRouter(tags=["billing"])
+
+
+@router.get("/billing")
+async def billing_page(
+    request: Request, runtime: RuntimeDep, session: SessionDep, user: BrowserUser
+) -> Response:
+    if user is None:
+        return RedirectResponse(login_path("/billing"), status_code=303)
+    if await session.get(StripeCustomer, user.id) is None:
+        return runtime.pages.message("No subscription yet", "You have no subscription to manage yet.")
+    nonce, token = runtime.csrf.issue(request)
+    page = runtime.pages.render(
+        "action.html",
+        title="Manage your subscription",
+        message=f"Signed in as {user.username}. Stripe's billing portal lets you update your card, "
+        "cancel at the end of the period, or resume.",
+        action="/billing",
+        button="Open the billing portal",
+        csrf_token=token,
+    )
+    return runtime.csrf.attach(page, nonce)
+
+
+@router.post("/billing")
+async def open_portal(
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    user: BrowserUser,
+    csrf_token: Annotated[str | None, Form()] = None,
+) -> Response:
+    if user is None or not runtime.csrf.verify(request, csrf_token):
+        return RedirectResponse(login_path("/billing"), status_code=303)
+    customer = await session.get(StripeCustomer, user.id)
+    if customer is None:
+        return runtime.pages.message("No subscription yet", "You have no subscription to manage yet.")
+    url = await runtime.stripe.create_portal_session(
+        customer.customer_id, return_url=f"{runtime.settings.public_base_url}/billing/done"
+    )
+    return RedirectResponse(url, status_code=303)
+
+
+@router.get("/billing/done")
+async def back_from_portal(runtime: RuntimeDep) -> Response:
+    return runtime.pages.message(
+        "Back from the billing portal",
+        "Changes take effect as soon as Stripe confirms them to us. Ask your MCP client for billing_status.",
+    )
