@@ -87,8 +87,12 @@ async def test_expired_link_page_starts_again_for_the_same_sessions(service: Run
         assert new_path.startswith("/pay/el_") and new_path != path
         assert (await browser.get(new_path)).status_code == 200
     new_id = new_path.rsplit("/", 1)[1]
-    old_sessions = {row.mcp_session_id for row in await service.rows(ElicitationDelivery, elicitation_id=old_id)}
-    new_sessions = {row.mcp_session_id for row in await service.rows(ElicitationDelivery, elicitation_id=new_id)}
+    old_sessions = {
+        row.mcp_session_id for row in await service.rows(ElicitationDelivery, elicitation_id=old_id)
+    }
+    new_sessions = {
+        row.mcp_session_id for row in await service.rows(ElicitationDelivery, elicitation_id=new_id)
+    }
     assert old_sessions and new_sessions == old_sessions
 
 
