@@ -1,0 +1,144 @@
+"""Reconciliation and event replay repair what missed webhooks left wrong; leases keep it single."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from mcp import MCPError, UrlElicitationRequiredError
+
+from service.billing.leases import release, try_acquire
+from service.billing.models import Subscription
+from service.paywall.models import Elicitation
+from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.payment import pay
+from tests.support.servers import bound_socket, port_of, serve
+from tests.support.service import RunningService, make_settings, run_service_on
+from tests.support.subscriptions import PAID_ARGS, PAID_TOOL, can_use_paid_tool, paid_tool_url
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+KEY = "sk_test_silent_stripe"
+
+
+@pytest.fixture
+async def silent_stripe_service(database_url: str) -> AsyncIterator[RunningService]:
+    """A service whose Stripe never sends it a webhook: every event is 'missed'."""
+    stripe_socket = bound_socket()
+    base = f"http://127.0.0.1:{port_of(stripe_socket)}"
+    silent = create_sandbox_app(SandboxConfig(api_key=KEY, public_base_url=base, webhook_endpoints=()))
+    service_socket = bound_socket()
+    settings = make_settings(
+        database_url,
+        port_of(service_socket),
+        stripe_secret_key=KEY,
+        stripe_api_base=base,
+        retry_wait_seconds=0,
+    )
+    async with serve(silent, stripe_socket), run_service_on(settings, service_socket) as service:
+        await service.runtime.stripe.sync_plans()
+        yield service
+
+
+async def test_reconciliation_grants_what_a_missed_webhook_would_have(
+    silent_stripe_service: RunningService,
+) -> None:
+    service = silent_stripe_service
+    await service.add_user("mia")
+    token = (await service.personal_token("mia")).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool(PAID_TOOL, PAID_ARGS)
+        [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
+        await pay(service, elicitation.url, "mia")
+        assert await service.rows(Subscription) == [], "no webhook arrived"
+
+        report = await service.runtime.reconciler.run()
+        assert report.ran and report.repaired >= 1
+        assert await probe.wait_for_completion() == elicitation.elicitation_id
+        result = await client.call_tool(PAID_TOOL, PAID_ARGS)
+    assert not result.is_error
+    [row] = await service.rows(Elicitation)
+    assert row.status == "completed"
+
+    again = await service.runtime.reconciler.run()
+    assert again.repaired == 0, "a second pass finds nothing to repair"
+
+
+async def test_reconciliation_revokes_what_a_missed_cancellation_left(
+    silent_stripe_service: RunningService,
+) -> None:
+    service = silent_stripe_service
+    await service.add_user("noa")
+    token = (await service.personal_token("noa")).secret
+    url = await paid_tool_url(service, token)
+    assert url is not None
+    await pay(service, url, "noa")
+    await service.runtime.reconciler.run()
+    assert await can_use_paid_tool(service, token)
+    [subscription] = await service.rows(Subscription)
+    await service.stripe.v1.subscriptions.cancel_async(subscription.id)
+    assert await can_use_paid_tool(service, token), "nobody told us yet"
+    await service.runtime.reconciler.run()
+    assert not await can_use_paid_tool(service, token)
+
+
+async def cli(service: RunningService, *args: str) -> tuple[int, str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": service.settings.database_url,
+        "STRIPE_SECRET_KEY": KEY,
+        "STRIPE_API_BASE": service.settings.stripe_api_base or "",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        *args,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def test_replay_events_applies_the_missed_ones_once(silent_stripe_service: RunningService) -> None:
+    service = silent_stripe_service
+    await service.add_user("ola")
+    token = (await service.personal_token("ola")).secret
+    url = await paid_tool_url(service, token)
+    assert url is not None
+    await pay(service, url, "ola")
+    code, out, err = await cli(service, "stripe", "replay-events", "--since", "2000-01-01T00:00:00Z")
+    assert code == 0, err
+    assert "applied" in out
+    [subscription] = await service.rows(Subscription)
+    assert subscription.status == "active"
+    code, out, err = await cli(service, "stripe", "replay-events", "--since", "2000-01-01T00:00:00Z")
+    assert code == 0, err
+    assert "applied" not in out and "duplicate" in out, "replaying twice changes nothing"
+    code, out, err = await cli(service, "stripe", "reconcile")
+    assert code == 0, err
+    assert "repaired 0" in out
+
+
+async def test_only_one_holder_gets_the_lease(service: RunningService) -> None:
+    sessions = service.runtime.sessions
+    ttl = timedelta(minutes=1)
+    assert await try_acquire(sessions, "job", "replica-a", ttl)
+    assert not await try_acquire(sessions, "job", "replica-b", ttl)
+    assert await try_acquire(sessions, "job", "replica-a", ttl), "the holder may renew"
+    await release(sessions, "job", "replica-a")
+    assert await try_acquire(sessions, "job", "replica-b", ttl)
+    results = await asyncio.gather(*(try_acquire(sessions, "race", f"r{i}", ttl) for i in range(5)))
+    assert sum(results) == 1
