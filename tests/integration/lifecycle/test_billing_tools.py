@@ -1,0 +1,62 @@
+"""billing_status and manage_billing: read-only status, and the portal reached through our own sign-in."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.browserless import csrf_token, log_in_through_form
+from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.service import DEFAULT_PASSWORD, RunningService
+from tests.support.subscriptions import subscribe
+
+
+async def test_billing_status_before_and_after_subscribing(service: RunningService) -> None:
+    await service.add_user("bo")
+    token = (await service.personal_token("bo")).secret
+    async with service.mcp_client(token) as client:
+        before = await client.call_tool("billing_status", {})
+    assert before.structured_content == {"subscriptions": [], "summary": "No active subscription."}
+
+    subscriber = await subscribe(service, "cy")
+    async with service.mcp_client(subscriber.token, mode="legacy") as client:
+        after = await client.call_tool("billing_status", {})
+    assert after.structured_content is not None
+    [status] = after.structured_content["subscriptions"]
+    assert status["plan"] == "pro" and status["status"] == "active" and status["has_access"] is True
+    assert status["renews_or_ends_at"] is not None
+    assert after.structured_content["summary"] == "Active: Pro."
+
+
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_manage_billing_sends_the_user_to_our_billing_page(service: RunningService, mode: str) -> None:
+    subscriber = await subscribe(service, f"dee-{mode[:6]}")
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, subscriber.token, probe, mode=mode) as client:
+        result = await client.call_tool("manage_billing", {})
+    assert not result.is_error
+    assert [request.url for request in probe.url_requests] == [f"{service.base_url}/billing"]
+    assert "billing_status" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_billing_page_opens_the_stripe_portal_for_the_signed_in_user(service: RunningService) -> None:
+    subscriber = await subscribe(service, "eli")
+    async with service.http() as browser:
+        to_login = await browser.get("/billing")
+        assert to_login.status_code == 303
+        await log_in_through_form(
+            browser, to_login.headers["location"], subscriber.username, DEFAULT_PASSWORD
+        )
+        page = await browser.get("/billing")
+        assert page.status_code == 200
+        portal = await browser.post("/billing", data={"csrf_token": csrf_token(page.text)})
+    assert portal.status_code == 303
+    sandbox_base = service.runtime.checkout_domain.split()[0]
+    assert sandbox_base in portal.headers["location"]
+
+
+async def test_billing_page_for_someone_without_a_subscription(service: RunningService) -> None:
+    await service.add_user("fox")
+    async with service.http() as browser:
+        await log_in_through_form(browser, "/login", "fox", DEFAULT_PASSWORD)
+        page = await browser.get("/billing")
+    assert "No subscription yet" in page.text
