@@ -31,6 +31,12 @@ class CheckoutRequest:
     idempotency_key: str
 
 
+@dataclass(frozen=True)
+class PaymentTarget:
+    subscription_id: str
+    invoice_id: str
+
+
 class StripeGateway:
     def __init__(
         self, client: stripe.StripeClient, http_client: stripe.HTTPXClient, catalog: PlanCatalog
@@ -162,8 +168,8 @@ class StripeGateway:
         )
         return portal.url
 
-    async def subscription_paid_by(self, payment_intent_id: str | None) -> str | None:
-        """The subscription whose invoice this payment intent paid, if any."""
+    async def payment_target(self, payment_intent_id: str | None) -> PaymentTarget | None:
+        """The invoice (and its subscription) that this payment intent paid, if any."""
         if payment_intent_id is None:
             return None
         payments = await self._client.v1.invoice_payments.list_async(
@@ -171,12 +177,39 @@ class StripeGateway:
         )
         if not payments.data:
             return None
-        invoice_id = payments.data[0].invoice
-        invoice_id = invoice_id if isinstance(invoice_id, str) else invoice_id.id
-        invoice = await self._client.v1.invoices.retrieve_async(invoice_id)
+        invoice_ref = payments.data[0].invoice
+        invoice = await self._client.v1.invoices.retrieve_async(
+            invoice_ref if isinstance(invoice_ref, str) else invoice_ref.id
+        )
         details = invoice.parent.subscription_details if invoice.parent else None
         subscription = details.subscription if details else None
-        return subscription if isinstance(subscription, str) or subscription is None else subscription.id
+        if subscription is None:
+            return None
+        subscription_id = subscription if isinstance(subscription, str) else subscription.id
+        assert invoice.id is not None
+        return PaymentTarget(subscription_id=subscription_id, invoice_id=invoice.id)
+
+    async def latest_payment_reversal(self, subscription: stripe.Subscription) -> str | None:
+        """'disputed' or 'refunded' when the payment for the current period was taken back."""
+        latest = subscription.latest_invoice
+        invoice_id = latest if isinstance(latest, str) or latest is None else latest.id
+        if invoice_id is None:
+            return None
+        payments = await self._client.v1.invoice_payments.list_async(
+            params={"invoice": invoice_id, "limit": 10}
+        )
+        for payment in payments.data:
+            payment_intent = payment.payment.payment_intent if payment.payment else None
+            if payment_intent is None:
+                continue
+            payment_intent_id = payment_intent if isinstance(payment_intent, str) else payment_intent.id
+            charges = await self._client.v1.charges.list_async(params={"payment_intent": payment_intent_id})
+            for charge in charges.data:
+                if charge.disputed:
+                    return "disputed"
+                if charge.refunded:
+                    return "refunded"
+        return None
 
     async def list_subscriptions(self, customer_id: str) -> list[stripe.Subscription]:
         page = await self._client.v1.subscriptions.list_async(

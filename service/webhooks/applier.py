@@ -35,6 +35,13 @@ logger = logging.getLogger(__name__)
 Satisfies = Callable[[Elicitation, frozenset[str]], bool]
 
 
+class Unknown:
+    """Marks 'not known from this source', as opposed to a known None."""
+
+
+UNKNOWN = Unknown()
+
+
 class EventIgnored(Exception):
     """Genuine Stripe data that must not change anything (wrong mode, unknown customer, tampered metadata)."""
 
@@ -112,12 +119,30 @@ class StripeStateApplier:
             await session.flush()
 
     async def subscription_state(
-        self, session: AsyncSession, subscription: Any, *, observed_at: int, fresh_read: bool, source: str
+        self,
+        session: AsyncSession,
+        subscription: Any,
+        *,
+        observed_at: int,
+        fresh_read: bool,
+        source: str,
+        reversal: str | Unknown | None = UNKNOWN,
     ) -> Outcome:
+        """Apply `subscription`; `reversal` (reconciliation only): was its current payment taken back."""
         change = await apply_subscription(
             session, subscription, observed_at=observed_at, catalog=self._catalog, fresh_read=fresh_read
         )
-        return await self._after_change(session, change, source)
+        revocation_changed = False
+        if change.applied and not isinstance(reversal, Unknown):
+            row = await session.get(Subscription, change.subscription_id)
+            if row is not None and row.access_revoked_reason != reversal:
+                row.access_revoked_reason = reversal
+                session.add(row)
+                await session.flush()
+                revocation_changed = True
+        outcome = await self._after_change(session, change, source)
+        outcome.status_changed = outcome.status_changed or revocation_changed
+        return outcome
 
     async def _after_change(self, session: AsyncSession, change: SubscriptionChange, source: str) -> Outcome:
         if not change.applied:

@@ -91,12 +91,12 @@ class WebhookProcessor:
             subscription_id = subscription_of_invoice(obj)
         elif event.type in CHARGE_REVERSALS:
             # A partial refund leaves access alone, so there is nothing to look up for it.
-            partial = event.type == "charge.refunded" and not field_of(obj, "refunded")
-            return (
-                None
-                if partial
-                else await self._gateway.subscription_paid_by(id_of(field_of(obj, "payment_intent")))
-            )
+            if event.type == "charge.refunded" and not field_of(obj, "refunded"):
+                return None
+            target = await self._gateway.payment_target(id_of(field_of(obj, "payment_intent")))
+            if target is None:
+                return None
+            return target, await self._gateway.retrieve_subscription(target.subscription_id)
         if subscription_id is None:
             return None
         return await self._gateway.retrieve_subscription(subscription_id)
@@ -122,12 +122,16 @@ class WebhookProcessor:
                 return await applier.subscription_state(
                     session, prefetched, observed_at=event.created, fresh_read=True, source=source
                 )
-            if event.type == "charge.refunded":
-                if not field_of(obj, "refunded"):
+            if event.type in CHARGE_REVERSALS:
+                if event.type == "charge.refunded" and not field_of(obj, "refunded"):
                     raise EventIgnored("partial refund: access stays")
-                return await applier.revoke(session, prefetched, "refunded", source)
-            if event.type == "charge.dispute.created":
-                return await applier.revoke(session, prefetched, "disputed", source)
+                if prefetched is None:
+                    raise EventIgnored("the payment is not for a subscription")
+                target, subscription = prefetched
+                if id_of(field_of(subscription, "latest_invoice")) != target.invoice_id:
+                    raise EventIgnored("reversal of an earlier period's payment: the current one stands")
+                reason = "refunded" if event.type == "charge.refunded" else "disputed"
+                return await applier.revoke(session, target.subscription_id, reason, source)
             if event.type == "checkout.session.expired":
                 return await applier.checkout_expired(session, obj)
         except (EventIgnored, SubscriptionRejected) as exc:

@@ -110,6 +110,7 @@ class Reconciler:
                     observed_at=0,
                     fresh_read=True,
                     source="reconciliation",
+                    reversal=await self._gateway.latest_payment_reversal(subscription),
                 )
                 await self._apply(report, step)
 
