@@ -151,26 +151,3 @@ async def is_entitled(
     session: AsyncSession, user_id: str, plan_ids: Iterable[str], *, grace: timedelta
 ) -> bool:
     return not (await entitled_plan_ids(session, user_id, grace=grace)).isdisjoint(plan_ids)
-
-
-async def revoke_access(session: AsyncSession, subscription_id: str, reason: str) -> Subscription | None:
-    row = await session.get(Subscription, subscription_id, with_for_update=True)
-    if row is None:
-        return None
-    row.access_revoked_reason = reason
-    row.updated_at = utcnow()
-    session.add(row)
-    await session.flush()
-    return row
-
-
-async def restore_access(session: AsyncSession, subscription_id: str) -> Subscription | None:
-    """A newly paid invoice: whatever a refund or dispute revoked, this payment covers again."""
-    row = await session.get(Subscription, subscription_id, with_for_update=True)
-    if row is None or row.access_revoked_reason is None:
-        return None
-    row.access_revoked_reason = None
-    row.updated_at = utcnow()
-    session.add(row)
-    await session.flush()
-    return row

@@ -22,8 +22,6 @@ from service.billing.subscriptions import (
     SubscriptionChange,
     apply_subscription,
     entitled_plan_ids,
-    restore_access,
-    revoke_access,
     user_for_customer,
 )
 from service.paywall.bus import EntitlementChanged
@@ -40,6 +38,14 @@ class Unknown:
 
 
 UNKNOWN = Unknown()
+
+
+@dataclass(frozen=True)
+class FreshSubscription:
+    """A subscription just read from Stripe, and whether its current period's payment was reversed."""
+
+    subscription: Any
+    reversal: str | None
 
 
 class EventIgnored(Exception):
@@ -82,7 +88,13 @@ class StripeStateApplier:
         self._satisfies = satisfies
 
     async def checkout_completed(
-        self, session: AsyncSession, checkout: Any, subscription: Any | None, *, observed_at: int, source: str
+        self,
+        session: AsyncSession,
+        checkout: Any,
+        fresh: FreshSubscription | None,
+        *,
+        observed_at: int,
+        source: str,
     ) -> Outcome:
         if field_of(checkout, "mode") != "subscription":
             raise EventIgnored("not a subscription checkout")
@@ -102,10 +114,15 @@ class StripeStateApplier:
         if customer_id is None:
             raise EventIgnored("checkout has no customer")
         await self._bind_customer(session, user_id, customer_id)
-        if subscription is None:
+        if fresh is None:
             raise EventIgnored("checkout has no subscription")
         return await self.subscription_state(
-            session, subscription, observed_at=observed_at, fresh_read=True, source=source
+            session,
+            fresh.subscription,
+            observed_at=observed_at,
+            fresh_read=True,
+            source=source,
+            reversal=fresh.reversal,
         )
 
     async def _bind_customer(self, session: AsyncSession, user_id: str, customer_id: str) -> None:
@@ -140,28 +157,43 @@ class StripeStateApplier:
                 session.add(row)
                 await session.flush()
                 revocation_changed = True
-        outcome = await self._after_change(session, change, source)
+                await record(
+                    session,
+                    AuditKind.ENTITLEMENT_CHANGED,
+                    user_id=row.user_id,
+                    plan=row.plan_id,
+                    status=f"payment {reversal}" if reversal else "payment reinstated",
+                    source=source,
+                )
+        outcome = await self._after_change(session, change, source, complete_elicitations=fresh_read)
         outcome.status_changed = outcome.status_changed or revocation_changed
         return outcome
 
-    async def _after_change(self, session: AsyncSession, change: SubscriptionChange, source: str) -> Outcome:
+    async def _after_change(
+        self, session: AsyncSession, change: SubscriptionChange, source: str, *, complete_elicitations: bool
+    ) -> Outcome:
+        """Audit the change; on a fresh read from Stripe, complete the elicitations it now satisfies.
+
+        Only fresh reads complete elicitations: an event's snapshot may be superseded (a refund right
+        after the purchase), and completion cannot be undone, so it must not depend on delivery order.
+        """
         if not change.applied:
             return Outcome(status="ignored", detail="older than the state already applied")
         completed: list[Elicitation] = []
-        if change.new_status in ENTITLING_STATUSES:
+        if change.new_status in ENTITLING_STATUSES and complete_elicitations:
             entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
             completed = await complete_satisfied(
                 session, change.user_id, satisfied=lambda item: self._satisfies(item, entitled)
             )
-            if change.old_status not in ENTITLING_STATUSES:
-                await record(
-                    session,
-                    AuditKind.ENTITLEMENT_GRANTED,
-                    user_id=change.user_id,
-                    plan=change.plan_id,
-                    subscription=change.subscription_id,
-                    source=source,
-                )
+        if change.new_status in ENTITLING_STATUSES and change.old_status not in ENTITLING_STATUSES:
+            await record(
+                session,
+                AuditKind.ENTITLEMENT_GRANTED,
+                user_id=change.user_id,
+                plan=change.plan_id,
+                subscription=change.subscription_id,
+                source=source,
+            )
         elif change.old_status != change.new_status:
             await record(
                 session,
@@ -188,33 +220,3 @@ class StripeStateApplier:
             elicitation.status = ElicitationStatus.EXPIRED.value
             session.add(elicitation)
         return Outcome()
-
-    async def revoke(
-        self, session: AsyncSession, subscription_id: str | None, reason: str, source: str
-    ) -> Outcome:
-        row = await revoke_access(session, subscription_id, reason) if subscription_id else None
-        if row is None:
-            raise EventIgnored(f"{reason} payment is not for a subscription we know")
-        await record(
-            session,
-            AuditKind.ENTITLEMENT_CHANGED,
-            user_id=row.user_id,
-            plan=row.plan_id,
-            status=reason,
-            source=source,
-        )
-        return Outcome(changes=[EntitlementChanged(row.user_id)])
-
-    async def invoice_paid(
-        self, session: AsyncSession, invoice: Any, subscription: Any | None, *, observed_at: int, source: str
-    ) -> Outcome:
-        if subscription is None:
-            raise EventIgnored("invoice is not for a subscription")
-        outcome = await self.subscription_state(
-            session, subscription, observed_at=observed_at, fresh_read=True, source=source
-        )
-        if field_of(invoice, "billing_reason") == "subscription_cycle":
-            restored: Subscription | None = await restore_access(session, id_of(subscription) or "")
-            if restored is not None:
-                outcome.changes.append(EntitlementChanged(restored.user_id))
-        return outcome

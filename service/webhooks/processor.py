@@ -7,7 +7,6 @@ the transaction commits. A failure rolls everything back and answers non-2xx, so
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import stripe
 from sqlalchemy.exc import IntegrityError
@@ -21,6 +20,7 @@ from service.db.engine import SessionFactory
 from service.paywall.bus import InProcessBus
 from service.webhooks.applier import (
     EventIgnored,
+    FreshSubscription,
     Outcome,
     StripeStateApplier,
     field_of,
@@ -81,8 +81,12 @@ class WebhookProcessor:
         for change in outcome.changes:
             await self._bus.publish(change)
 
-    async def _prefetch(self, event: stripe.Event) -> Any | None:
-        """Network reads happen before the transaction opens, never while it holds locks."""
+    async def _prefetch(self, event: stripe.Event) -> FreshSubscription | None:
+        """Network reads happen before the transaction opens, never while it holds locks.
+
+        Events about payments re-read their subscription, and whether its current payment was
+        refunded or disputed, from Stripe: the state then never depends on delivery order.
+        """
         obj = event.data.object
         subscription_id: str | None = None
         if event.type in CHECKOUT_COMPLETED:
@@ -90,48 +94,37 @@ class WebhookProcessor:
         elif event.type in INVOICE_EVENTS:
             subscription_id = subscription_of_invoice(obj)
         elif event.type in CHARGE_REVERSALS:
-            # A partial refund leaves access alone, so there is nothing to look up for it.
-            if event.type == "charge.refunded" and not field_of(obj, "refunded"):
-                return None
             target = await self._gateway.payment_target(id_of(field_of(obj, "payment_intent")))
-            if target is None:
-                return None
-            return target, await self._gateway.retrieve_subscription(target.subscription_id)
+            subscription_id = target.subscription_id if target else None
         if subscription_id is None:
             return None
-        return await self._gateway.retrieve_subscription(subscription_id)
+        subscription = await self._gateway.retrieve_subscription(subscription_id)
+        return FreshSubscription(subscription, await self._gateway.latest_payment_reversal(subscription))
 
-    async def _apply(self, session: AsyncSession, event: stripe.Event, prefetched: Any | None) -> Outcome:
+    async def _apply(
+        self, session: AsyncSession, event: stripe.Event, fresh: FreshSubscription | None
+    ) -> Outcome:
         obj, applier, source = event.data.object, self._applier, f"event {event.id}"
         try:
             if event.type in CHECKOUT_COMPLETED:
                 return await applier.checkout_completed(
-                    session, obj, prefetched, observed_at=event.created, source=source
+                    session, obj, fresh, observed_at=event.created, source=source
                 )
             if event.type in SUBSCRIPTION_EVENTS:
                 return await applier.subscription_state(
                     session, obj, observed_at=event.created, fresh_read=False, source=source
                 )
-            if event.type == "invoice.paid":
-                return await applier.invoice_paid(
-                    session, obj, prefetched, observed_at=event.created, source=source
-                )
-            if event.type == "invoice.payment_failed":
-                if prefetched is None:
-                    raise EventIgnored("invoice is not for a subscription")
-                return await applier.subscription_state(
-                    session, prefetched, observed_at=event.created, fresh_read=True, source=source
-                )
-            if event.type in CHARGE_REVERSALS:
-                if event.type == "charge.refunded" and not field_of(obj, "refunded"):
-                    raise EventIgnored("partial refund: access stays")
-                if prefetched is None:
+            if event.type in INVOICE_EVENTS or event.type in CHARGE_REVERSALS:
+                if fresh is None:
                     raise EventIgnored("the payment is not for a subscription")
-                target, subscription = prefetched
-                if id_of(field_of(subscription, "latest_invoice")) != target.invoice_id:
-                    raise EventIgnored("reversal of an earlier period's payment: the current one stands")
-                reason = "refunded" if event.type == "charge.refunded" else "disputed"
-                return await applier.revoke(session, target.subscription_id, reason, source)
+                return await applier.subscription_state(
+                    session,
+                    fresh.subscription,
+                    observed_at=event.created,
+                    fresh_read=True,
+                    source=source,
+                    reversal=fresh.reversal,
+                )
             if event.type == "checkout.session.expired":
                 return await applier.checkout_expired(session, obj)
         except (EventIgnored, SubscriptionRejected) as exc:

@@ -26,7 +26,7 @@ from service.billing.stripe_gateway import StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
 from service.paywall.bus import InProcessBus
-from service.webhooks.applier import EventIgnored, Outcome, StripeStateApplier, id_of
+from service.webhooks.applier import EventIgnored, FreshSubscription, Outcome, StripeStateApplier, id_of
 
 logger = logging.getLogger(__name__)
 
@@ -86,13 +86,16 @@ class Reconciler:
                 await self._apply(report, partial(self._applier.checkout_expired, checkout=checkout))
                 continue
             subscription_id = id_of(checkout.subscription)
-            subscription = (
-                await self._gateway.retrieve_subscription(subscription_id) if subscription_id else None
-            )
+            fresh = None
+            if subscription_id is not None:
+                subscription = await self._gateway.retrieve_subscription(subscription_id)
+                fresh = FreshSubscription(
+                    subscription, await self._gateway.latest_payment_reversal(subscription)
+                )
             step = partial(
                 self._applier.checkout_completed,
                 checkout=checkout,
-                subscription=subscription,
+                fresh=fresh,
                 observed_at=checkout.created,
                 source="reconciliation",
             )
