@@ -54,5 +54,9 @@ typecheck: install
 
 check: lint typecheck test
 
+# Benchmarks against a bare MCPServer in the same run; the table lands in bench/results/latest.md.
+bench: install
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
