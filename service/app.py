@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import httpx
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -35,7 +36,7 @@ from service.runtime import Runtime
 from service.settings import Settings
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
-from service.web.database_unavailable import DatabaseUnavailableMiddleware
+from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import router as webhook_router
@@ -73,6 +74,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         access_token_ttl=timedelta(seconds=settings.access_token_ttl_seconds),
         refresh_token_ttl=timedelta(seconds=settings.refresh_token_ttl_seconds),
         code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
+        token_cache_seconds=settings.token_cache_seconds,
     )
     bus = InProcessBus()
     entitlements = Entitlements(
@@ -181,7 +183,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
         openapi_url="/openapi.json" if settings.is_development else None,
     )
-    app.add_middleware(DatabaseUnavailableMiddleware)
+    app.add_exception_handler(OperationalError, database_unavailable)
+    app.add_exception_handler(InterfaceError, database_unavailable)
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     app.include_router(health_router)
     app.include_router(identity_router)

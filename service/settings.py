@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     retry_wait_seconds: float = Field(default=25.0, ge=0)
     past_due_grace_seconds: int = Field(default=3 * 24 * 3600, ge=0)
     entitlement_cache_seconds: float = Field(default=30.0, ge=0)
+    token_cache_seconds: float = Field(default=30.0, ge=0)
+    mcp_json_response: bool = False
     max_elicitations_per_hour: int = Field(default=20, ge=1)
     max_checkouts_per_hour: int = Field(default=10, ge=1)
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
@@ -95,6 +97,15 @@ class Settings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError("PUBLIC_BASE_URL must be an absolute http(s) URL")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _json_responses_need_the_error_style(self) -> Settings:
+        if self.mcp_json_response and self.elicitation_style == "request":
+            raise ConfigurationError(
+                "MCP_JSON_RESPONSE=true removes the per-request stream that ELICITATION_STYLE=request needs; "
+                "use ELICITATION_STYLE=error with JSON responses"
+            )
+        return self
 
     @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:

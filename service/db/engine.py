@@ -52,10 +52,14 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
     ensure_sqlite_directory(url)
-    engine = create_async_engine(async_database_url(url), echo=echo, pool_pre_ping=True)
-    if engine.dialect.name == "sqlite":
+    if make_url(url).get_backend_name() == "sqlite":
+        # A local file needs no liveness ping, and a larger pool stops aiosqlite's thread churn.
+        engine = create_async_engine(async_database_url(url), echo=echo, pool_size=20, max_overflow=20)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-    return engine
+        return engine
+    return create_async_engine(
+        async_database_url(url), echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20
+    )
 
 
 def create_session_factory(engine: AsyncEngine) -> SessionFactory:

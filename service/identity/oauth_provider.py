@@ -33,6 +33,7 @@ from service.db.metadata import utcnow
 from service.identity import service as identity
 from service.identity.models import AuthorizationCode, OAuthClient, Token, User
 from service.identity.secrets import digest, new_id, new_secret
+from service.identity.token_cache import TokenCache
 
 AUTHORIZE_REQUEST_MAX_AGE_SECONDS = 900
 
@@ -77,6 +78,7 @@ class DatabaseOAuthProvider:
         access_token_ttl: timedelta,
         refresh_token_ttl: timedelta,
         code_ttl: timedelta,
+        token_cache_seconds: float = 0.0,
     ) -> None:
         self._sessions = sessions
         self._public_base_url = public_base_url
@@ -85,6 +87,7 @@ class DatabaseOAuthProvider:
         self._access_ttl = access_token_ttl
         self._refresh_ttl = refresh_token_ttl
         self._code_ttl = code_ttl
+        self._verified: TokenCache[StoredAccessToken] = TokenCache(ttl=token_cache_seconds)
 
     # -- clients ---------------------------------------------------------------------------
 
@@ -224,6 +227,7 @@ class DatabaseOAuthProvider:
         stale = result.first()
         if stale is not None and stale.kind == "refresh" and stale.revoked_at is not None:
             await identity.revoke_grant(session, stale.grant_id)
+            self._verified.forget_grant(stale.grant_id)
 
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: StoredRefreshToken, scopes: list[str]
@@ -275,11 +279,15 @@ class DatabaseOAuthProvider:
 
     async def load_access_token(self, token: str) -> StoredAccessToken | None:
         """Verifies OAuth access tokens and personal access tokens alike."""
+        key = digest(token)
+        cached = self._verified.get(key)
+        if cached is not None:
+            return cached
         async with self._sessions() as session:
             row = await identity.find_live_token(session, token, ("access", "personal"))
         if row is None:
             return None
-        return StoredAccessToken(
+        verified = StoredAccessToken(
             token=token,
             client_id=row.client_id,
             scopes=row.scopes.split(),
@@ -289,10 +297,15 @@ class DatabaseOAuthProvider:
             grant_id=row.grant_id,
             token_id=row.id,
         )
+        self._verified.put(
+            key, row.grant_id, verified, expires_at=row.expires_at.timestamp() if row.expires_at else None
+        )
+        return verified
 
     async def revoke_token(self, token: StoredAccessToken | StoredRefreshToken) -> None:
         async with self._sessions() as session, session.begin():
             await identity.revoke_grant(session, token.grant_id)
+        self._verified.forget_grant(token.grant_id)
 
     async def exchange_identity_assertion(
         self, client: OAuthClientInformationFull, params: Any

@@ -44,6 +44,7 @@ def build_mcp_server(settings: Settings, oauth: DatabaseOAuthProvider, sessions:
 def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
     return server.streamable_http_app(
         streamable_http_path="/mcp",
+        json_response=settings.mcp_json_response,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=settings.transport_allowed_hosts,

@@ -11,13 +11,19 @@ class PaidToolIndex:
     def __init__(self, catalog: PlanCatalog, paid_tools: dict[str, PaidTool]) -> None:
         self._catalog = catalog
         self._paid_tools = paid_tools
+        # Worked out once: the paywall asks on every paid call.
+        self._unlocking = {name: self._compute_unlocking(tool) for name, tool in paid_tools.items()}
 
-    def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
-        """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
+    def _compute_unlocking(self, tool: PaidTool) -> list[Plan]:
         named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
         listed = self._catalog.plans_unlocking(tool.name)
         unique = {plan.id: plan for plan in [*named, *listed]}
         return sorted(unique.values(), key=lambda plan: plan.amount)
+
+    def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
+        """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
+        cached = self._unlocking.get(tool.name)
+        return cached if cached is not None else self._compute_unlocking(tool)
 
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
         """Whether the user's plans now unlock the tool this elicitation was opened for."""

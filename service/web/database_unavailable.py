@@ -10,11 +10,20 @@ import json
 import logging
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_SECONDS = "5"
+UNAVAILABLE_BODY = {"error": "service_unavailable", "error_description": "database unavailable"}
+
+
+async def database_unavailable(request: Request, exc: Exception) -> Response:
+    """The FastAPI exception handler twin of the middleware, for the service's own routes."""
+    logger.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
+    return JSONResponse(UNAVAILABLE_BODY, status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
 
 
 class DatabaseUnavailableMiddleware:
@@ -39,7 +48,7 @@ class DatabaseUnavailableMiddleware:
             if started or not isinstance(exc, OperationalError | InterfaceError):
                 raise
             logger.warning("database unavailable: %s", type(exc.orig).__name__)
-            body = json.dumps({"error": "service_unavailable", "error_description": "database unavailable"})
+            body = json.dumps(UNAVAILABLE_BODY)
             await send(
                 {
                     "type": "http.response.start",

@@ -40,3 +40,13 @@ async def test_mcp_answers_401_with_a_dead_database() -> None:
     assert response.status_code == 503
     assert response.headers["retry-after"] == "5"
     assert response.json()["error"] == "service_unavailable"
+
+
+async def test_pages_answer_503_with_a_dead_database() -> None:
+    async with (
+        run_service("postgresql://nobody@127.0.0.1:1/none") as running,
+        running.http(cookies={"session": "whatever"}) as http,
+    ):
+        page = await http.get("/pay/el_anything")
+    assert page.status_code == 503
+    assert page.headers["retry-after"] == "5"

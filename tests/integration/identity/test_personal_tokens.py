@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.mcp_http import post_initialize
-from tests.support.service import RunningService
+from tests.support.service import RunningService, run_service
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -51,7 +51,13 @@ async def test_cli_user_and_token_work_with_the_sdk_client(service: RunningServi
     assert result.structured_content["client_id"] == "personal-access-token"
 
 
-async def test_cli_revoke_stops_the_token(service: RunningService) -> None:
+async def test_cli_revoke_stops_the_token(database_url: str) -> None:
+    """The CLI is another process: with the default cache the server notices within TOKEN_CACHE_SECONDS."""
+    async with run_service(database_url, token_cache_seconds=0) as service:
+        await _revoke_with_the_cli(service)
+
+
+async def _revoke_with_the_cli(service: RunningService) -> None:
     await service.add_user("heidi")
     issued = cli(service, "tokens", "create", "heidi")
     token = issued.stdout.strip()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,14 @@ from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.identity.models import Token
 from tests.support.mcp_http import ACCEPT, post_initialize
-from tests.support.service import RunningService
+from tests.support.service import RunningService, run_service
+
+
+@pytest.fixture
+async def uncached_service(database_url: str) -> AsyncIterator[RunningService]:
+    """Token checks straight from the database: expiry and revocation edited there apply at once."""
+    async with run_service(database_url, token_cache_seconds=0) as running:
+        yield running
 
 
 def assert_points_at_metadata(service: RunningService, headers: dict[str, str]) -> None:
@@ -41,7 +49,8 @@ async def test_missing_or_malformed_tokens(
     assert_points_at_metadata(service, headers)
 
 
-async def test_expired_token(service: RunningService) -> None:
+async def test_expired_token(uncached_service: RunningService) -> None:
+    service = uncached_service
     await service.add_user("kim")
     issued = await service.personal_token("kim", ttl=timedelta(seconds=60))
     assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
@@ -59,7 +68,8 @@ async def test_expired_token(service: RunningService) -> None:
     assert_points_at_metadata(service, headers)
 
 
-async def test_revoked_token(service: RunningService) -> None:
+async def test_revoked_token(uncached_service: RunningService) -> None:
+    service = uncached_service
     await service.add_user("liam")
     issued = await service.personal_token("liam")
     assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
@@ -90,3 +100,16 @@ async def test_malformed_json_rpc_body_gets_a_parse_error(service: RunningServic
         )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32700
+
+
+async def test_cached_verification_still_honours_revocation_through_the_server(
+    service: RunningService,
+) -> None:
+    """With the verification cache on (the default), revoking through this server applies at once."""
+    await service.add_user("ora")
+    issued = await service.personal_token("ora")
+    assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
+    token = await service.runtime.oauth.load_access_token(issued.secret)
+    assert token is not None
+    await service.runtime.oauth.revoke_token(token)
+    assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 401
