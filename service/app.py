@@ -31,7 +31,9 @@ from service.paywall.entitlements import Entitlements
 from service.paywall.gate import GateSettings, Paywall
 from service.paywall.notifier import SessionNotifier
 from service.paywall.pages import router as payment_router
+from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
+from service.periodic import every
 from service.runtime import Runtime
 from service.settings import Settings
 from service.web.cookies import CookiePolicy
@@ -40,7 +42,6 @@ from service.web.database_unavailable import DatabaseUnavailableMiddleware, data
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import router as webhook_router
-from service.webhooks.reconciler import periodic_reconciliation
 from service.webhooks.wiring import build_stripe_sync
 
 
@@ -76,7 +77,6 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
         token_cache_seconds=settings.token_cache_seconds,
     )
-    bus = InProcessBus()
     entitlements = Entitlements(
         sessions,
         grace=timedelta(seconds=settings.past_due_grace_seconds),
@@ -84,8 +84,18 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     )
     waiters = PaymentWaiters()
     notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
+    bus: InProcessBus
+    if engine.dialect.name == "postgresql":
+        bus = PostgresBus(engine, settings.database_url, on_reconnect=notifier.sweep)
+    else:
+        bus = InProcessBus()  # SQLite means one process: nobody else to tell
     for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
         bus.subscribe(listener)
+    if isinstance(bus, PostgresBus):
+        await stack.enter_async_context(bus.running())
+    await stack.enter_async_context(
+        every(settings.completion_sweep_seconds, notifier.sweep, name="completion-sweep")
+    )
     toolset = example_tools
     tool_index = PaidToolIndex(catalog, toolset.paid_tools)
     paywall = Paywall(
@@ -105,7 +115,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     )
     stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus)
     await stack.enter_async_context(
-        periodic_reconciliation(stripe_sync.reconciler, settings.reconcile_interval_seconds)
+        every(settings.reconcile_interval_seconds, stripe_sync.reconciler.run, name="stripe-reconciliation")
     )
     mcp = build_mcp_server(settings, oauth, sessions)
     register_billing_tools(

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import stripe
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.example_tools import tools as example_tools
 from service.logging_setup import configure_logging
-from service.paywall.bus import InProcessBus
+from service.paywall.bus import CompletionBus, InProcessBus
+from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.webhooks.wiring import StripeSync, build_stripe_sync
@@ -51,7 +53,7 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
     try:
         tools = PaidToolIndex(catalog, example_tools.paid_tools)
         sync = build_stripe_sync(
-            settings, catalog, tools, create_session_factory(engine), gateway, InProcessBus()
+            settings, catalog, tools, create_session_factory(engine), gateway, _bus_for(engine, settings)
         )
         yield StripeContext(gateway, sync)
     except (PriceNotFound, stripe.StripeError) as exc:
@@ -59,6 +61,17 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
     finally:
         await gateway.aclose()
         await engine.dispose()
+
+
+def _bus_for(engine: AsyncEngine, settings: Settings) -> CompletionBus:
+    """On PostgreSQL, running replicas hear what these commands change; SQLite has none to tell."""
+    if engine.dialect.name == "postgresql":
+        return PostgresBus(engine, settings.database_url, on_reconnect=_nothing)
+    return InProcessBus()
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def sync_plans(settings: Settings) -> int:

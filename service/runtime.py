@@ -12,7 +12,7 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
-from service.paywall.bus import InProcessBus
+from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
 from service.paywall.notifier import SessionNotifier
 from service.settings import Settings
@@ -39,7 +39,7 @@ class Runtime:
     catalog: PlanCatalog
     stripe: StripeGateway
     checkout_domain: str
-    bus: InProcessBus
+    bus: CompletionBus
     paywall: Paywall
     notifier: SessionNotifier
     webhooks: WebhookProcessor

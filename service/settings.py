@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     max_elicitations_per_hour: int = Field(default=20, ge=1)
     max_checkouts_per_hour: int = Field(default=10, ge=1)
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
+    completion_sweep_seconds: float = Field(default=5.0, ge=0)
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
 
     access_token_ttl_seconds: int = Field(default=3600, gt=0)

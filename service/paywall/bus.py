@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
@@ -23,6 +24,12 @@ class EntitlementChanged:
 
 
 Listener = Callable[[EntitlementChanged], Awaitable[None]]
+
+
+class CompletionBus(Protocol):
+    def subscribe(self, listener: Listener) -> None: ...
+
+    async def publish(self, event: EntitlementChanged) -> None: ...
 
 
 @dataclass

@@ -135,9 +135,26 @@ async def undelivered(session: AsyncSession, elicitation_ids: Iterable[str]) -> 
     if not ids:
         return []
     result = await session.exec(
-        select(ElicitationDelivery).where(
+        select(ElicitationDelivery)
+        .where(
             col(ElicitationDelivery.elicitation_id).in_(ids), col(ElicitationDelivery.delivered_at).is_(None)
         )
+        .with_for_update(skip_locked=True)
+    )
+    return list(result.all())
+
+
+async def owed_to_sessions(session: AsyncSession, mcp_session_ids: list[str]) -> list[ElicitationDelivery]:
+    """Completed elicitations whose notice these sessions have not had yet."""
+    result = await session.exec(
+        select(ElicitationDelivery)
+        .join(Elicitation, col(Elicitation.id) == col(ElicitationDelivery.elicitation_id))
+        .where(
+            col(ElicitationDelivery.mcp_session_id).in_(mcp_session_ids),
+            col(ElicitationDelivery.delivered_at).is_(None),
+            col(Elicitation.status) == ElicitationStatus.COMPLETED.value,
+        )
+        .with_for_update(skip_locked=True, of=ElicitationDelivery)
     )
     return list(result.all())
 

@@ -7,8 +7,10 @@ whose client has gone simply never hears, and its retry works regardless.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -17,8 +19,8 @@ from service.audit.service import AuditKind, record
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.paywall.bus import EntitlementChanged
-from service.paywall.elicitations import undelivered
-from service.paywall.models import Elicitation
+from service.paywall.elicitations import owed_to_sessions, undelivered
+from service.paywall.models import Elicitation, ElicitationDelivery
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +41,7 @@ class SessionNotifier:
         self._sessions = sessions
         self._hold_for = hold_for
         self._held: dict[str, tuple[float, CompletionChannel]] = {}
+        self._sending = asyncio.Lock()
 
     def hold(self, mcp_session_id: str, channel: CompletionChannel) -> None:
         now = time.monotonic()
@@ -58,10 +61,21 @@ class SessionNotifier:
             await self.deliver(change.completed_elicitation_ids)
 
     async def deliver(self, elicitation_ids: tuple[str, ...]) -> int:
-        """Send what is owed to sessions held here; returns how many notifications went out."""
+        """Send what is owed for these elicitations to sessions held here; how many went out."""
+        return await self._send(lambda session: undelivered(session, elicitation_ids))
+
+    async def sweep(self) -> int:
+        """Send everything completed but still owed to sessions held here (missed wake-ups)."""
+        held = list(self._held)
+        if not held:
+            return 0
+        return await self._send(lambda session: owed_to_sessions(session, held))
+
+    async def _send(self, owed: Callable[[AsyncSession], Awaitable[list[ElicitationDelivery]]]) -> int:
         sent = 0
-        async with self._sessions() as session, session.begin():
-            for delivery in await undelivered(session, elicitation_ids):
+        # One sender at a time in this process; rows are locked against other processes.
+        async with self._sending, self._sessions() as session, session.begin():
+            for delivery in await owed(session):
                 held = self._held.get(delivery.mcp_session_id)
                 if held is None:
                     continue

@@ -17,7 +17,7 @@ from service.billing.models import StripeEvent
 from service.billing.stripe_gateway import StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
-from service.paywall.bus import InProcessBus
+from service.paywall.bus import CompletionBus
 from service.webhooks.applier import (
     EventIgnored,
     FreshSubscription,
@@ -40,7 +40,11 @@ CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
 
 class WebhookProcessor:
     def __init__(
-        self, sessions: SessionFactory, gateway: StripeGateway, applier: StripeStateApplier, bus: InProcessBus
+        self,
+        sessions: SessionFactory,
+        gateway: StripeGateway,
+        applier: StripeStateApplier,
+        bus: CompletionBus,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway

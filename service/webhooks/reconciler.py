@@ -6,13 +6,11 @@ transaction, under a lease so that when every replica runs it only one does the 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -25,7 +23,7 @@ from service.billing.models import StripeCustomer
 from service.billing.stripe_gateway import StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
-from service.paywall.bus import InProcessBus
+from service.paywall.bus import CompletionBus
 from service.webhooks.applier import EventIgnored, FreshSubscription, Outcome, StripeStateApplier, id_of
 
 logger = logging.getLogger(__name__)
@@ -53,7 +51,7 @@ class Reconciler:
         sessions: SessionFactory,
         gateway: StripeGateway,
         applier: StripeStateApplier,
-        bus: InProcessBus,
+        bus: CompletionBus,
         *,
         lookback: timedelta = timedelta(days=3),
     ) -> None:
@@ -131,27 +129,3 @@ class Reconciler:
             report.repaired += 1
         for change in outcome.changes:
             await self._bus.publish(change)
-
-
-@contextlib.asynccontextmanager
-async def periodic_reconciliation(reconciler: Reconciler, interval_seconds: float) -> AsyncIterator[None]:
-    """Runs `reconciler` every `interval_seconds` while the block runs; 0 disables it."""
-    if interval_seconds <= 0:
-        yield
-        return
-
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(interval_seconds)
-            try:
-                await reconciler.run()
-            except Exception:
-                logger.exception("stripe reconciliation failed; will try again")
-
-    task = asyncio.create_task(loop(), name="stripe-reconciliation")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

@@ -8,7 +8,7 @@ from datetime import timedelta
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
-from service.paywall.bus import InProcessBus
+from service.paywall.bus import CompletionBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.webhooks.applier import StripeStateApplier
@@ -28,7 +28,7 @@ def build_stripe_sync(
     tools: PaidToolIndex,
     sessions: SessionFactory,
     gateway: StripeGateway,
-    bus: InProcessBus,
+    bus: CompletionBus,
 ) -> StripeSync:
     applier = StripeStateApplier(catalog, tools.satisfied_by)
     return StripeSync(

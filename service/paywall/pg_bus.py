@@ -1,0 +1,113 @@
+"""The completion bus across replicas: PostgreSQL LISTEN/NOTIFY as the wake-up call.
+
+NOTIFY is only a hint. The elicitation tables stay the truth, and every replica also sweeps them
+on a timer and after its listener reconnects, so a lost notification or a dropped connection
+delays a completion notice but never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.paywall.bus import EntitlementChanged, InProcessBus
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "paid_mcp_completions"
+RECONNECT_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
+
+
+def replica_id() -> str:
+    return f"{socket.gethostname()}:{secrets.token_hex(4)}"
+
+
+class PostgresBus(InProcessBus):
+    """Local listeners hear a change at once; other replicas hear it through NOTIFY."""
+
+    def __init__(
+        self, engine: AsyncEngine, database_url: str, *, on_reconnect: Callable[[], Awaitable[object]]
+    ) -> None:
+        super().__init__()
+        self._engine = engine
+        self._conninfo = (
+            make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        )
+        self._on_reconnect = on_reconnect
+        self.replica = replica_id()
+        self.listening = asyncio.Event()
+
+    async def publish(self, event: EntitlementChanged) -> None:
+        await super().publish(event)
+        payload = json.dumps(
+            {
+                "origin": self.replica,
+                "user": event.user_id,
+                "completed": list(event.completed_elicitation_ids),
+            }
+        )
+        try:
+            async with self._engine.begin() as connection:
+                await connection.execute(
+                    text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload}
+                )
+        except Exception:
+            # The sweep delivers what this notification would have; the change itself is committed.
+            logger.warning("could not NOTIFY other replicas; their sweep will catch up", exc_info=True)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._listen_forever(), name="completion-bus-listener")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _listen_forever(self) -> None:
+        failures = 0
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True
+                ) as connection:
+                    await connection.execute(f"LISTEN {CHANNEL}")
+                    failures = 0
+                    self.listening.set()
+                    await self._on_reconnect()  # whatever was announced while we were not listening
+                    async for notification in connection.notifies():
+                        await self._receive(notification.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.listening.clear()
+                delay = RECONNECT_DELAYS[min(failures, len(RECONNECT_DELAYS) - 1)]
+                failures += 1
+                logger.warning(
+                    "completion listener lost its connection; retrying in %.1fs", delay, exc_info=True
+                )
+                await asyncio.sleep(delay)
+
+    async def _receive(self, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+            if message.get("origin") == self.replica:
+                return  # local listeners already heard it
+            event = EntitlementChanged(
+                str(message["user"]), tuple(str(item) for item in message["completed"])
+            )
+        except (ValueError, KeyError, TypeError):
+            logger.warning("ignoring a malformed completion notification")
+            return
+        await InProcessBus.publish(self, event)
