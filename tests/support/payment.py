@@ -6,19 +6,30 @@ Card payment goes through the sandbox's test helper, the headless twin of its ho
 
 from __future__ import annotations
 
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 import stripe
 
 from tests.support.browserless import csrf_token, log_in_through_form
-from tests.support.service import DEFAULT_PASSWORD, RunningService
+from tests.support.service import DEFAULT_PASSWORD
+
+
+class PaymentSite(Protocol):
+    """Where the payment pages are served and which Stripe pays: a service, or one of its replicas."""
+
+    def http(self, **kwargs: Any) -> httpx.AsyncClient: ...
+
+    @property
+    def stripe(self) -> stripe.StripeClient: ...
+
 
 GOOD_CARD = "4242424242424242"
 DECLINED_CARD = "4000000000000002"
 
 
-async def open_checkout(service: RunningService, payment_url: str, username: str) -> httpx.Response:
+async def open_checkout(service: PaymentSite, payment_url: str, username: str) -> httpx.Response:
     """Sign in as `username`, open the payment page and press its button; the POST's response."""
     path = urlsplit(payment_url).path
     async with service.http() as browser:
@@ -36,7 +47,7 @@ def checkout_session_id(checkout_url: str) -> str:
     return ids[0]
 
 
-async def pay(service: RunningService, payment_url: str, username: str, card: str = GOOD_CARD) -> str:
+async def pay(service: PaymentSite, payment_url: str, username: str, card: str = GOOD_CARD) -> str:
     """The whole payment for an elicitation; returns the Checkout Session id."""
     started = await open_checkout(service, payment_url, username)
     assert started.status_code == 303, started.text

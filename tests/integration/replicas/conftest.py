@@ -1,0 +1,95 @@
+"""Three replicas on one PostgreSQL database, and one Stripe sandbox whose webhooks go to replica B."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import stripe
+
+from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
+from service.billing.stripe_gateway import StripeGateway
+from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
+from tests.support.databases import DatabaseTemplates
+from tests.support.replicas import Replica, replicas
+from tests.support.servers import bound_socket, port_of, serve
+
+STRIPE_KEY = "sk_test_replicas"
+WEBHOOK_SECRET = "whsec_replicas"
+
+
+@pytest.fixture(scope="session")
+def pg_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseTemplates]:
+    templates = DatabaseTemplates("postgres", tmp_path_factory.mktemp("pg-template"))
+    yield templates
+    templates.close()
+
+
+@dataclass
+class Cluster:
+    a: Replica
+    b: Replica
+    c: Replica
+    sandbox: Sandbox
+    stripe: stripe.StripeClient
+    database_url: str
+
+
+def free_port() -> int:
+    sock = bound_socket()
+    try:
+        return port_of(sock)
+    finally:
+        sock.close()
+
+
+@pytest.fixture
+async def cluster(pg_templates: DatabaseTemplates, tmp_path: Path) -> AsyncIterator[Cluster]:
+    database_url = pg_templates.fresh_url(tmp_path)
+    ports = {name: free_port() for name in "abc"}
+    stripe_socket = bound_socket()
+    stripe_base = f"http://127.0.0.1:{port_of(stripe_socket)}"
+    sandbox_app = create_sandbox_app(
+        SandboxConfig(
+            api_key=STRIPE_KEY,
+            public_base_url=stripe_base,
+            webhook_endpoints=[(f"http://127.0.0.1:{ports['b']}/webhooks/stripe", WEBHOOK_SECRET)],
+            webhook_retry_base=0.2,
+            webhook_retry_max_delay=2.0,
+            webhook_max_attempts=20,
+            webhook_timeout=5.0,
+        )
+    )
+    gateway = StripeGateway.create(STRIPE_KEY, stripe_base, PlanCatalog.load(DEFAULT_PLANS_FILE))
+    env = {
+        "DATABASE_URL": database_url,
+        # One public address for all, as behind a load balancer; each replica also answers on its own port.
+        "PUBLIC_BASE_URL": f"http://127.0.0.1:{ports['a']}",
+        "STRIPE_SECRET_KEY": STRIPE_KEY,
+        "STRIPE_API_BASE": stripe_base,
+        "STRIPE_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        "RECONCILE_INTERVAL_SECONDS": "0",
+        # No sweeps: these tests see completions travel by NOTIFY alone (one test turns sweeps on).
+        "COMPLETION_SWEEP_SECONDS": "0",
+    }
+    made = [
+        Replica(
+            name,
+            port,
+            {**env, "LOG_LEVEL": "INFO"},
+            gateway.client,
+            log_path=tmp_path / f"replica-{name}.log",
+        )
+        for name, port in ports.items()
+    ]
+    try:
+        async with serve(sandbox_app, stripe_socket):
+            await gateway.sync_plans()
+            async with replicas(*made):
+                yield Cluster(
+                    *made, sandbox=sandbox_app.state.sandbox, stripe=gateway.client, database_url=database_url
+                )
+    finally:
+        await gateway.aclose()
