@@ -22,17 +22,15 @@ async def billing_page(
         return RedirectResponse(login_path("/billing"), status_code=303)
     if await session.get(StripeCustomer, user.id) is None:
         return runtime.pages.message("No subscription yet", "You have no subscription to manage yet.")
-    nonce, token = runtime.csrf.issue(request)
-    page = runtime.pages.render(
+    return runtime.form_page(
+        request,
         "action.html",
         title="Manage your subscription",
         message=f"Signed in as {user.username}. Stripe's billing portal lets you update your card, "
         "cancel at the end of the period, or resume.",
         action="/billing",
         button="Open the billing portal",
-        csrf_token=token,
     )
-    return runtime.csrf.attach(page, nonce)
 
 
 @router.post("/billing")

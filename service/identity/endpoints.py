@@ -47,18 +47,16 @@ def _login_page(
     username: str | None = None,
     status_code: int = 200,
 ) -> Response:
-    nonce, token = runtime.csrf.issue(request)
-    response = runtime.pages.render(
+    return runtime.form_page(
+        request,
         "login.html",
         status_code=status_code,
-        csrf_token=token,
         authz=authz,
         next_path=next_path,
         client_name=(pending.client_name or pending.client_id) if pending else None,
         error=error,
         username=username,
     )
-    return runtime.csrf.attach(response, nonce)
 
 
 def _expired_authorization(runtime: Runtime) -> Response:
@@ -82,16 +80,14 @@ async def login_form(
         return _expired_authorization(runtime)
     next_path = safe_next_path(next)
     if user is not None and pending is not None:
-        nonce, token = runtime.csrf.issue(request)
-        page = runtime.pages.render(
+        return runtime.form_page(
+            request,
             "consent.html",
-            csrf_token=token,
             authz=authz,
             username=user.username,
             client_name=pending.client_name or pending.client_id,
             switch_user_path="/login?" + urlencode({"authz": authz}),
         )
-        return runtime.csrf.attach(page, nonce)
     if user is not None and next_path is not None:
         return RedirectResponse(next_path, status_code=303)
     return _login_page(runtime, request, authz=authz, pending=pending, next_path=next_path)

@@ -15,6 +15,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
+from service.billing.plans import Plan
 from service.billing.stripe_gateway import CheckoutRequest
 from service.db.metadata import utcnow
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
@@ -65,8 +66,8 @@ async def _checked(
             "Already paid", "This subscription is active. Return to your MCP client; the tool is unlocked."
         )
     if elicitation.status == ElicitationStatus.EXPIRED.value or elicitation.expires_at <= utcnow():
-        nonce, token = runtime.csrf.issue(request)
-        page = pages.render(
+        return runtime.form_page(
+            request,
             "action.html",
             status_code=410,
             title="Payment link expired",
@@ -74,35 +75,42 @@ async def _checked(
             "tool again in your MCP client to get a fresh link.",
             action=f"/pay/{elicitation.id}/restart",
             button="Start again",
-            csrf_token=token,
         )
-        return runtime.csrf.attach(page, nonce)
     return elicitation
+
+
+async def _payable(
+    runtime: Runtime, session: AsyncSession, user: User | None, elicitation_id: str, request: Request
+) -> tuple[Elicitation, Plan, User] | Response:
+    """The elicitation, its plan and the signed-in user, or the page to show instead."""
+    checked = await _checked(runtime, session, user, elicitation_id, request)
+    if not isinstance(checked, Elicitation):
+        return checked
+    assert user is not None  # _checked sends anonymous visitors to sign in
+    plan = runtime.catalog.get(checked.plan_id)
+    if plan is None:
+        return runtime.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
+    return checked, plan, user
 
 
 @router.get("/pay/{elicitation_id}")
 async def payment_page(
     elicitation_id: str, request: Request, runtime: RuntimeDep, session: SessionDep, user: BrowserUser
 ) -> Response:
-    checked = await _checked(runtime, session, user, elicitation_id, request)
-    if not isinstance(checked, Elicitation):
-        return checked
-    assert user is not None
-    plan = runtime.catalog.get(checked.plan_id)
-    if plan is None:
-        return runtime.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
+    payable = await _payable(runtime, session, user, elicitation_id, request)
+    if not isinstance(payable, tuple):
+        return payable
+    checked, plan, user = payable
     await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
-    nonce, token = runtime.csrf.issue(request)
-    page = runtime.pages.render(
+    return runtime.form_page(
+        request,
         "pay.html",
         plan=plan,
         tool_name=checked.tool_name,
         username=user.username,
         checkout_domain=runtime.checkout_domain,
         elicitation_id=checked.id,
-        csrf_token=token,
     )
-    return runtime.csrf.attach(page, nonce)
 
 
 @router.post("/pay/{elicitation_id}")
@@ -122,13 +130,10 @@ async def start_checkout(
             link_href=f"/pay/{elicitation_id}",
             link_text="Back to the payment page",
         )
-    checked = await _checked(runtime, session, user, elicitation_id, request)
-    if not isinstance(checked, Elicitation):
-        return checked
-    assert user is not None
-    plan = runtime.catalog.get(checked.plan_id)
-    if plan is None:
-        return runtime.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
+    payable = await _payable(runtime, session, user, elicitation_id, request)
+    if not isinstance(payable, tuple):
+        return payable
+    checked, plan, user = payable
 
     gateway = runtime.stripe
     if checked.checkout_session_id is not None:
