@@ -1,0 +1,62 @@
+"""Loading tool packages named in settings or advertised by installed distributions."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from service.billing.plans import PlanCatalog
+from service.paywall.toolset import ToolSet
+
+ENTRY_POINT_GROUP = "paid_mcp.tools"
+
+
+class ToolPackageError(Exception):
+    """A tool package cannot be used; the message names it and says why."""
+
+
+def load_tool_set(spec: str) -> ToolSet:
+    """`package.module:attribute` -> the `ToolSet` it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ToolPackageError(f"tool package {spec!r} must look like 'package.module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ToolPackageError(f"tool package {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    tool_set = getattr(module, attribute, None)
+    if not isinstance(tool_set, ToolSet):
+        raise ToolPackageError(f"tool package {spec!r}: {attribute!r} is not a service.tools.ToolSet")
+    return tool_set
+
+
+def load_tools(
+    specs: list[str], catalog: PlanCatalog, *, entry_point_group: str = ENTRY_POINT_GROUP
+) -> ToolSet:
+    """Every configured and advertised tool set, merged; duplicate names and unknown plans are errors."""
+    sources = {spec: load_tool_set(spec) for spec in specs}
+    for entry_point in entry_points(group=entry_point_group):
+        try:
+            loaded = entry_point.load()
+        except Exception as exc:
+            raise ToolPackageError(
+                f"entry point {entry_point.name!r} ({entry_point.value}) failed: {exc}"
+            ) from exc
+        if not isinstance(loaded, ToolSet):
+            raise ToolPackageError(f"entry point {entry_point.name!r} ({entry_point.value}) is not a ToolSet")
+        sources.setdefault(entry_point.value, loaded)
+    merged = ToolSet()
+    origin: dict[str, str] = {}
+    for source, tool_set in sources.items():
+        for spec in tool_set.tools:
+            if spec.name in origin:
+                raise ToolPackageError(
+                    f"tool {spec.name!r} comes from both {origin[spec.name]!r} and {source!r}"
+                )
+            origin[spec.name] = source
+            merged.tools.append(spec)
+    for name, paid in merged.paid_tools.items():
+        unknown = [plan for plan in paid.plans if catalog.get(plan) is None]
+        if unknown:
+            raise ToolPackageError(f"paid tool {name!r} ({origin[name]}) names unknown plans {unknown}")
+    return merged
