@@ -26,6 +26,11 @@ from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import build_mcp_app, build_mcp_server
+from service.observability.elicitation_events import observe_elicitations
+from service.observability.exposition import router as metrics_router
+from service.observability.metrics import ServiceMetrics
+from service.observability.request_context import RequestContextMiddleware
+from service.observability.wiring import install_observability
 from service.paywall.bus import InProcessBus, PaymentWaiters
 from service.paywall.entitlements import Entitlements
 from service.paywall.gate import GateSettings, Paywall
@@ -51,6 +56,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     engine = create_engine(settings.database_url)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
+    metrics = ServiceMetrics()
+    observe_elicitations(sessions, metrics)
     http = await stack.enter_async_context(httpx.AsyncClient(timeout=httpx.Timeout(10.0)))
     secret_key = settings.secret_key.get_secret_value()
     cookies = CookiePolicy(secure=not settings.is_development)
@@ -81,6 +88,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         sessions,
         grace=timedelta(seconds=settings.past_due_grace_seconds),
         cache_seconds=settings.entitlement_cache_seconds,
+        metrics=metrics,
     )
     waiters = PaymentWaiters()
     notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
@@ -126,6 +134,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         grace_seconds=settings.past_due_grace_seconds,
     )
     toolset.install(mcp, paywall)
+    await install_observability(settings, mcp, metrics, stack)
     return Runtime(
         settings=settings,
         engine=engine,
@@ -146,6 +155,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         webhooks=stripe_sync.processor,
         reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
+        metrics=metrics,
     )
 
 
@@ -196,11 +206,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
+    app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)
     app.include_router(identity_router)
     app.include_router(payment_router)
     app.include_router(billing_router)
     app.include_router(webhook_router)
+    if settings.metrics_served and settings.metrics_port == 0:
+        app.include_router(metrics_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Last, so our own routes win: /mcp, OAuth metadata, /authorize, /token, /register, /revoke.
     app.mount("/", mcp_mount, name="mcp")

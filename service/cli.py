@@ -85,13 +85,17 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from service.app import create_app
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.effective_log_format)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
         port=settings.port,
         proxy_headers=True,
         log_level=settings.log_level.lower(),
+        # Uvicorn's records go through our handler; its access log (full query strings) is replaced
+        # by the request-context middleware's access line.
+        log_config=None,
+        access_log=False,
         timeout_graceful_shutdown=25,
     )
     return 0

@@ -12,6 +12,7 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
 from service.paywall.notifier import SessionNotifier
@@ -45,3 +46,4 @@ class Runtime:
     webhooks: WebhookProcessor
     reconciler: Reconciler
     sandbox: Sandbox | None
+    metrics: ServiceMetrics

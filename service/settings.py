@@ -50,6 +50,11 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./var/service.db"
     secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["json", "text"] | None = None  # None: text in development, JSON otherwise
+    # /metrics: on in development; in production only if asked for. METRICS_PORT=0 serves it on the
+    # main app, any other port on a listener of its own (keep that port out of the Service/Ingress).
+    metrics_enabled: bool | None = None  # None: development, or METRICS_PORT set
+    metrics_port: int = Field(default=0, ge=0, le=65535)
 
     mcp_server_name: str = "paid-mcp-service"
     mcp_allowed_hosts: CsvList = []
@@ -135,6 +140,16 @@ class Settings(BaseSettings):
     @property
     def is_development(self) -> bool:
         return self.environment == "development"
+
+    @property
+    def effective_log_format(self) -> Literal["json", "text"]:
+        return self.log_format or ("text" if self.is_development else "json")
+
+    @property
+    def metrics_served(self) -> bool:
+        if self.metrics_enabled is not None:
+            return self.metrics_enabled
+        return self.is_development or self.metrics_port != 0
 
     @property
     def uses_stripe_sandbox(self) -> bool:

@@ -12,12 +12,21 @@ from datetime import timedelta
 
 from service.billing.subscriptions import entitled_plan_ids
 from service.db.engine import SessionFactory
+from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import EntitlementChanged
 
 
 class Entitlements:
-    def __init__(self, sessions: SessionFactory, *, grace: timedelta, cache_seconds: float) -> None:
+    def __init__(
+        self,
+        sessions: SessionFactory,
+        *,
+        grace: timedelta,
+        cache_seconds: float,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
         self._sessions = sessions
+        self._metrics = metrics
         self._grace = grace
         self._cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
@@ -26,11 +35,17 @@ class Entitlements:
         now = time.monotonic()
         cached = self._cache.get(user_id)
         if cached is not None and not fresh and cached[0] > now:
+            self._observe("cache", now)
             return cached[1]
         async with self._sessions() as session:
             plans = frozenset(await entitled_plan_ids(session, user_id, grace=self._grace))
         self._cache[user_id] = (now + self._cache_seconds, plans)
+        self._observe("database", now)
         return plans
+
+    def _observe(self, source: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.entitlement_checked(source, time.monotonic() - started)
 
     async def allows(self, user_id: str, plan_ids: Iterable[str], *, fresh: bool = False) -> bool:
         return not (await self.plans_of(user_id, fresh=fresh)).isdisjoint(plan_ids)

@@ -29,6 +29,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from service.billing.plans import Plan
 from service.db.engine import SessionFactory
 from service.mcp_server.caller import Caller, current_caller
+from service.observability import request_context
 from service.paywall.bus import PaymentWaiters, wait_for
 from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
 from service.paywall.entitlements import Entitlements
@@ -182,6 +183,7 @@ class Paywall:
         )
         async with self._sessions() as session, session.begin():
             elicitation, _ = await open_or_reuse(session, request)
+        request_context.bind(user_id=caller.user_id, elicitation_id=elicitation.id)
         return elicitation
 
     async def _wait_for_payment(self, ctx: Context, user_id: str, plan_ids: list[str], bound: float) -> bool:

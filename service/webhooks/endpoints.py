@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import stripe
 from fastapi import APIRouter, Request
@@ -8,6 +9,7 @@ from fastapi.responses import JSONResponse
 
 from service.audit.service import AuditKind, record
 from service.dependencies import RuntimeDep
+from service.observability.webhooks import webhook_processed
 from service.webhooks.verification import WebhookRejected, verify_event
 
 logger = logging.getLogger(__name__)
@@ -18,14 +20,17 @@ MAX_WEBHOOK_BYTES = 1024 * 1024
 
 @router.post("/webhooks/stripe")
 async def stripe_webhook(request: Request, runtime: RuntimeDep) -> JSONResponse:
+    started = time.perf_counter()
     payload = await request.body()
     if len(payload) > MAX_WEBHOOK_BYTES:
+        runtime.metrics.webhook(None, "too_large")
         return JSONResponse({"error": "payload too large"}, status_code=413)
     try:
         event = verify_event(
             payload, request.headers.get("stripe-signature"), runtime.settings.stripe_webhook_secret
         )
     except WebhookRejected as exc:
+        runtime.metrics.webhook(None, "rejected")
         logger.warning("stripe webhook rejected: %s", exc)
         async with runtime.sessions() as session, session.begin():
             await record(session, AuditKind.WEBHOOK_REJECTED, reason=str(exc))
@@ -33,10 +38,15 @@ async def stripe_webhook(request: Request, runtime: RuntimeDep) -> JSONResponse:
     try:
         outcome = await runtime.webhooks.process(event)
     except stripe.StripeError as exc:
+        runtime.metrics.webhook(event.type, "stripe_read_failed")
         # Reading the event's objects back from Stripe failed: nothing was stored, so Stripe's retry
         # will process the event afresh.
         logger.warning(
             "stripe webhook %s not processed, Stripe read failed: %s", event.id, type(exc).__name__
         )
         return JSONResponse({"error": "stripe_read_failed"}, status_code=502)
+    except Exception:
+        runtime.metrics.webhook(event.type, "error")
+        raise
+    webhook_processed(runtime.metrics, event, outcome, started)
     return JSONResponse({"received": True, "outcome": outcome.status})

@@ -1,0 +1,84 @@
+"""Serving `/metrics`: on the main app (METRICS_PORT=0) or on a listener of its own.
+
+Where it is served, and whether at all, is `Settings.metrics_enabled` / `metrics_port`: in
+development it is on the main port; in production it is off unless METRICS_PORT names a separate
+port (kept out of the Service and Ingress, scraped on the pod IP) or METRICS_ENABLED=true asks for
+it on the main port, which then has to be blocked at the ingress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from service.dependencies import RuntimeDep
+
+STARTUP_TIMEOUT_SECONDS = 20.0
+
+router = APIRouter(tags=["metrics"])
+
+
+def metrics_response(registry: CollectorRegistry) -> Response:
+    return Response(
+        generate_latest(registry), media_type=CONTENT_TYPE_LATEST, headers={"Cache-Control": "no-store"}
+    )
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics_on_main_port(runtime: RuntimeDep) -> Response:
+    return metrics_response(runtime.metrics.registry)
+
+
+def metrics_app(registry: CollectorRegistry) -> Starlette:
+    async def metrics(_: Request) -> Response:
+        return metrics_response(registry)
+
+    return Starlette(routes=[Route("/metrics", metrics, methods=["GET"])])
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+@asynccontextmanager
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> AsyncIterator[int]:
+    """Serve `/metrics` on host:port until the block exits; yields the bound port."""
+    sock = _bind(host, port)
+    config = uvicorn.Config(
+        metrics_app(registry), lifespan="off", log_config=None, access_log=False, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    # The host process owns signals; a nested server must not install its own handlers.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError("the metrics server exited during startup")
+                await asyncio.sleep(0.01)  # polling uvicorn's started flag, bounded by the timeout
+        yield int(sock.getsockname()[1])
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

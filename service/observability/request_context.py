@@ -1,0 +1,153 @@
+"""Who and what a log line is about: request id, user id, elicitation id, carried in a contextvar.
+
+`RequestContextMiddleware` (pure ASGI, outermost) gives every HTTP request an id: the caller's
+`X-Request-ID` when it is well formed, a fresh one otherwise, echoed on the response. Code that
+learns who the user is, or which elicitation is involved, calls `bind(...)`.
+
+The context is a mutable object shared by reference: the MCP SDK runs tool handlers in a copy of
+the HTTP request's contextvars, so a `bind` inside a tool call still reaches the request's access
+log line. A tool call gets a child context (`child()`) so it can tell what was bound during it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.observability.redaction import scrub
+
+REQUEST_ID_HEADER = "x-request-id"
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# Probes and scrapes would drown the access log; they are logged at DEBUG.
+QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+access_logger = logging.getLogger("service.access")
+
+
+@dataclass
+class LogContext:
+    request_id: str | None = None
+    user_id: str | None = None
+    elicitation_id: str | None = None
+    parent: LogContext | None = None
+
+    def bind(self, *, user_id: str | None = None, elicitation_id: str | None = None) -> None:
+        node: LogContext | None = self
+        while node is not None:
+            if user_id is not None:
+                node.user_id = user_id
+            if elicitation_id is not None:
+                node.elicitation_id = elicitation_id
+            node = node.parent
+
+    def fields(self) -> dict[str, str]:
+        values = {
+            "request_id": self.request_id,
+            "user_id": self.user_id,
+            "elicitation_id": self.elicitation_id,
+        }
+        return {key: value for key, value in values.items() if value is not None}
+
+
+_current: ContextVar[LogContext | None] = ContextVar("service_log_context", default=None)
+
+
+def current() -> LogContext | None:
+    return _current.get()
+
+
+def bind(*, user_id: str | None = None, elicitation_id: str | None = None) -> None:
+    """Attach what is now known to the current request (and the tool call inside it, if any)."""
+    context = _current.get()
+    if context is None:
+        context = LogContext()
+        _current.set(context)
+    context.bind(user_id=user_id, elicitation_id=elicitation_id)
+
+
+@contextmanager
+def child() -> Iterator[LogContext]:
+    """A context for one unit of work inside the current one; binds reach both."""
+    parent = _current.get()
+    context = LogContext(
+        request_id=parent.request_id if parent else new_request_id(),
+        user_id=parent.user_id if parent else None,
+        parent=parent,
+    )
+    token = _current.set(context)
+    try:
+        yield context
+    finally:
+        _current.reset(token)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def accepted_request_id(value: str | None) -> str | None:
+    """The caller's request id if it is safe to log and echo: no spaces, quotes, newlines or secrets."""
+    if value is not None and _VALID_REQUEST_ID.fullmatch(value) and scrub(value) == value:
+        return value
+    return None
+
+
+class RequestContextMiddleware:
+    """Assigns or propagates `X-Request-ID`, binds the log context, writes one access line per request.
+
+    The access line carries the path without its query string: query strings hold OAuth codes
+    and Checkout session ids.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
+        request_id = accepted_request_id(incoming) or new_request_id()
+        context = LogContext(request_id=request_id)
+        token = _current.set(context)
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_request_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                # Routes such as /pay/{elicitation_id} name the elicitation in the path.
+                elicitation_id = scope.get("path_params", {}).get("elicitation_id")
+                if isinstance(elicitation_id, str) and len(elicitation_id) <= 64:
+                    context.bind(elicitation_id=elicitation_id)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_request_id)
+        finally:
+            path = scope.get("path", "")
+            access_logger.log(
+                logging.DEBUG if path in QUIET_PATHS else logging.INFO,
+                "%s %s %s",
+                scope.get("method", ""),
+                path,
+                status,
+                extra={
+                    "http_method": scope.get("method", ""),
+                    "http_path": path,
+                    "http_status": status,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                },
+            )
+            _current.reset(token)

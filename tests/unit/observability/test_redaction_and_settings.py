@@ -1,0 +1,95 @@
+"""The log scrubber's patterns, the JSON line shape, and where /metrics is served by default."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from service.observability.logs import build_handler
+from service.observability.redaction import scrub
+from service.settings import Settings
+
+PRODUCTION = {
+    "environment": "production",
+    "public_base_url": "https://mcp.example.com",
+    "secret_key": "s" * 40,
+    "stripe_secret_key": "sk_live_abcdefghijklmnop",
+    "stripe_webhook_secret": "whsec_production",
+    "request_state_keys": "cHJvZHVjdGlvbi1yZXF1ZXN0LXN0YXRlLWtleS0zMmJ5dGU=",
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("Authorization: Bearer mcp_pat_abcdefghijklmnopqrstuvwxyz0123456789", "mcp_pat_abc"),
+        ("got mcp_at_abcdefghijklmnopqrstuvwxyz from the client", "mcp_at_abc"),
+        ("cookie: session=bs_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789", "bs_abc"),
+        ("Set-Cookie: session=whatever; HttpOnly", "whatever"),
+        ("card_number=4242424242424242&exp=12", "4242424242424242"),
+        ("paid with 4242 4242 4242 4242 today", "4242 4242 4242 4242"),
+        ("Stripe-Signature: t=1700000000,v1=" + "ab" * 32, "abab"),
+        ("sig t=1,v1=" + "cd" * 32, "cdcd"),
+        ("key sk_live_51HxyzABC and sk_test_123", "sk_live_51HxyzABC"),
+        ("secret whsec_abcdef123", "whsec_abcdef123"),
+        ('{"password": "hunter2"}', "hunter2"),
+        ("client_secret=pi_123_secret_abc", "secret_abc"),
+        ('{"id": "evt_1", "object": "event", "data": {"object": {"email": "a@b.c"}}}', "a@b.c"),
+    ],
+)
+def test_scrub_removes_secrets(text: str, secret: str) -> None:
+    assert secret not in scrub(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GET /pay/el_abc123 200",
+        "stripe webhook evt_123 (invoice.paid): applied",
+        "took 1234567890123 ns",  # 13 digits, fails the Luhn check
+        "elicitation el_yfnR5idBWJrVk2HUvUoBWSamSKLFe74- created for usr_73cadaaf39cf0975f9415625",
+    ],
+)
+def test_scrub_keeps_ordinary_text(text: str) -> None:
+    assert scrub(text) == text
+
+
+def test_json_line_shape_and_redacted_extras() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("tests.observability.json")
+    logger.addHandler(build_handler("json", stream))
+    logger.propagate = False
+    try:
+        logger.warning(
+            "hello %s", "world", extra={"tool": "ascii_chart", "stripe_signature": "t=1,v1=abc", "n": 3}
+        )
+        try:
+            raise ValueError("Bearer mcp_pat_abcdefghijklmnopqrstuvwxyz")
+        except ValueError:
+            logger.exception("failed")
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["message"] == "hello world" and first["level"] == "WARNING"
+    assert first["logger"] == "tests.observability.json"
+    assert first["tool"] == "ascii_chart" and first["n"] == 3
+    assert first["stripe_signature"] == "[REDACTED]"
+    assert "request_id" not in first, "no request, no request id"
+    assert "ValueError" in second["exception"] and "mcp_pat_abc" not in second["exception"]
+
+
+def test_metrics_and_log_format_defaults() -> None:
+    development = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert development.metrics_served and development.metrics_port == 0
+    assert development.effective_log_format == "text"
+
+    production = Settings(_env_file=None, **PRODUCTION)  # type: ignore[call-arg]
+    assert not production.metrics_served, "never public by accident"
+    assert production.effective_log_format == "json"
+    assert Settings(_env_file=None, metrics_port=9090, **PRODUCTION).metrics_served  # type: ignore[call-arg]
+    assert Settings(_env_file=None, metrics_enabled=True, **PRODUCTION).metrics_served  # type: ignore[call-arg]
+    assert not Settings(_env_file=None, metrics_enabled=False).metrics_served  # type: ignore[call-arg]
