@@ -14,12 +14,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
 from service.db.engine import create_engine, create_session_factory
-from service.example_tools import tools as example_tools
 from service.logging_setup import configure_logging
 from service.paywall.bus import CompletionBus, InProcessBus
 from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
+from service.tool_packages import ToolPackageError, load_tools
 from service.webhooks.wiring import StripeSync, build_stripe_sync
 
 
@@ -46,12 +46,15 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
         catalog = PlanCatalog.load(settings.plans_file)
     except PlanCatalogError as exc:
         raise CommandFailed(str(exc)) from exc
+    try:
+        tools = PaidToolIndex(catalog, load_tools(settings.tool_packages, catalog).paid_tools)
+    except ToolPackageError as exc:
+        raise CommandFailed(str(exc)) from exc
     engine = create_engine(settings.database_url)
     gateway = StripeGateway.create(
         settings.stripe_secret_key.get_secret_value(), stripe_api_base(settings), catalog
     )
     try:
-        tools = PaidToolIndex(catalog, example_tools.paid_tools)
         sync = build_stripe_sync(
             settings, catalog, tools, create_session_factory(engine), gateway, _bus_for(engine, settings)
         )

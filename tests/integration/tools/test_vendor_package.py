@@ -1,0 +1,70 @@
+"""A vendor's tool package, named in settings, served next to ours and paywalled by the plans file."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from mcp import MCPError, UrlElicitationRequiredError
+
+from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.payment import pay
+from tests.support.service import RunningService, run_service
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+PACKAGES = "service.example_tools:tools,tests.fixtures.vendor_tools:tools"
+
+
+@pytest.fixture
+async def vendor_service(database_url: str) -> AsyncIterator[RunningService]:
+    async with run_service(database_url, tool_packages=PACKAGES) as running:
+        yield running
+
+
+async def test_vendor_tools_are_served_and_paywalled(vendor_service: RunningService) -> None:
+    service = vendor_service
+    await service.add_user("vic")
+    token = (await service.personal_token("vic")).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"vendor_hello", "vendor_reverse", "ascii_chart"} <= names
+        hello = await client.call_tool("vendor_hello", {"name": "Vic"})
+        assert hello.content[0].text == "Hello, Vic, from the vendor."  # type: ignore[union-attr]
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("vendor_reverse", {"text": "abc"})
+        [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
+        assert "Team" in elicitation.message
+        await pay(service, elicitation.url, "vic")
+        assert await probe.wait_for_completion() == elicitation.elicitation_id
+        reversed_text = await client.call_tool("vendor_reverse", {"text": "abc"})
+    assert reversed_text.content[0].text == "cba"  # type: ignore[union-attr]
+
+
+async def test_serve_refuses_a_broken_tool_package_in_one_line(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "TOOL_PACKAGES": "tests.fixtures.vendor_tools:unknown_plan",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 's.db'}",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        "serve",
+        "--port",
+        "0",
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        _, err = await process.communicate()
+    assert process.returncode == 2
+    assert "configuration error: paid tool 'shiny'" in err.decode()
+    assert "Traceback" not in err.decode()
