@@ -20,7 +20,6 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision
-from service.example_tools import tools as example_tools
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
@@ -41,6 +40,7 @@ from service.paywall.tool_index import PaidToolIndex
 from service.periodic import every
 from service.runtime import Runtime
 from service.settings import Settings
+from service.tool_packages import load_tools
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
@@ -93,7 +93,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     waiters = PaymentWaiters()
     notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
     bus: InProcessBus
-    if engine.dialect.name == "postgresql":
+    if engine.dialect.name == "postgresql" and settings.completion_bus == "auto":
         bus = PostgresBus(engine, settings.database_url, on_reconnect=notifier.sweep)
     else:
         bus = InProcessBus()  # SQLite means one process: nobody else to tell
@@ -104,7 +104,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     await stack.enter_async_context(
         every(settings.completion_sweep_seconds, notifier.sweep, name="completion-sweep")
     )
-    toolset = example_tools
+    toolset = load_tools(settings.tool_packages, catalog)
     tool_index = PaidToolIndex(catalog, toolset.paid_tools)
     paywall = Paywall(
         GateSettings(

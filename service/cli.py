@@ -11,11 +11,13 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service import cli_stripe
+from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
 from service.logging_setup import configure_logging
 from service.settings import ConfigurationError, Settings
+from service.tool_packages import ToolPackageError, load_tools
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,6 +87,11 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from service.app import create_app
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    try:  # refuse here, in one line, rather than in a traceback from inside the lifespan
+        load_tools(settings.tool_packages, PlanCatalog.load(settings.plans_file))
+    except (PlanCatalogError, ToolPackageError) as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
     configure_logging(settings.log_level, settings.effective_log_format)
     uvicorn.run(
         create_app(settings),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from mcp.server import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
+from starlette.requests import Request
+from starlette.responses import Response
 
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
@@ -47,3 +50,11 @@ class Runtime:
     reconciler: Reconciler
     sandbox: Sandbox | None
     metrics: ServiceMetrics
+
+    def form_page(
+        self, request: Request, template: str, *, status_code: int = 200, **context: Any
+    ) -> Response:
+        """A page holding a form: rendered with a CSRF token, and the CSRF cookie set."""
+        nonce, token = self.csrf.issue(request)
+        page = self.pages.render(template, status_code=status_code, csrf_token=token, **context)
+        return self.csrf.attach(page, nonce)

@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     stripe_sandbox_adversarial: bool = False
 
     plans_file: Path = DEFAULT_PLANS_FILE
+    # Tool packages, `module:attribute` each; installed packages may also advertise `paid_mcp.tools`.
+    tool_packages: CsvList = ["service.example_tools:tools"]
     elicitation_style: Literal["error", "request"] = "error"
     elicitation_ttl_seconds: int = Field(default=24 * 3600, ge=60)
     payment_wait_seconds: float = Field(default=600.0, gt=0)
@@ -81,6 +83,8 @@ class Settings(BaseSettings):
     max_checkouts_per_hour: int = Field(default=10, ge=1)
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
+    # "local" skips LISTEN/NOTIFY (e.g. behind PgBouncer in transaction mode); the sweep still delivers.
+    completion_bus: Literal["auto", "local"] = "auto"
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
 
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
@@ -93,6 +97,7 @@ class Settings(BaseSettings):
         "mcp_allowed_origins",
         "request_state_keys",
         "stripe_webhook_secret",
+        "tool_packages",
         mode="before",
     )(_split_csv)
 
