@@ -75,13 +75,12 @@ async def apply_subscription(
     *,
     observed_at: int,
     catalog: PlanCatalog,
-    fresh_read: bool = False,
 ) -> SubscriptionChange:
-    """Upsert our copy of `subscription` as Stripe described it at `observed_at` (epoch seconds).
+    """Upsert our copy of `subscription`, an object just read from Stripe.
 
-    An event's object is ignored when older than what was applied. A `fresh_read` (the object
-    just read back from Stripe) is current by definition and always applied, except that nothing
-    revives a subscription that reached a terminal status.
+    Callers pass fresh reads only (never an event's snapshot, which may be older than what we
+    already know), so the read wins, except that nothing revives a subscription that reached a
+    terminal status. `observed_at` records the newest event time that led to a read.
     """
     subscription_id = _field(subscription, "id")
     customer_id = _field(subscription, "customer")
@@ -105,8 +104,7 @@ async def apply_subscription(
 
     row = await session.get(Subscription, subscription_id, with_for_update=True)
     old_status = row.status if row else None
-    stale = not fresh_read and row is not None and observed_at < row.stripe_updated
-    if row is not None and (stale or (row.status in TERMINAL_STATUSES and status != row.status)):
+    if row is not None and row.status in TERMINAL_STATUSES and status != row.status:
         return SubscriptionChange(subscription_id, user_id, plan_id, old_status, row.status, applied=False)
     now = utcnow()
     if row is None:

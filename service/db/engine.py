@@ -48,6 +48,14 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=5000")
     cursor.close()
+    # We issue BEGIN ourselves (below), so the driver must not start transactions on its own.
+    dbapi_connection.isolation_level = None
+
+
+def _sqlite_begin_immediate(connection: Any) -> None:
+    """Take the write lock at BEGIN: two deferred transactions that both read and then write can
+    deadlock, and SQLite answers one of them 'database is locked' at once instead of waiting."""
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
@@ -56,6 +64,7 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         # A local file needs no liveness ping, and a larger pool stops aiosqlite's thread churn.
         engine = create_async_engine(async_database_url(url), echo=echo, pool_size=20, max_overflow=20)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
     return create_async_engine(
         async_database_url(url), echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20

@@ -33,13 +33,6 @@ logger = logging.getLogger(__name__)
 Satisfies = Callable[[Elicitation, frozenset[str]], bool]
 
 
-class Unknown:
-    """Marks 'not known from this source', as opposed to a known None."""
-
-
-UNKNOWN = Unknown()
-
-
 @dataclass(frozen=True)
 class FreshSubscription:
     """A subscription just read from Stripe, and whether its current period's payment was reversed."""
@@ -120,7 +113,6 @@ class StripeStateApplier:
             session,
             fresh.subscription,
             observed_at=observed_at,
-            fresh_read=True,
             source=source,
             reversal=fresh.reversal,
         )
@@ -141,16 +133,15 @@ class StripeStateApplier:
         subscription: Any,
         *,
         observed_at: int,
-        fresh_read: bool,
         source: str,
-        reversal: str | Unknown | None = UNKNOWN,
+        reversal: str | None,
     ) -> Outcome:
-        """Apply `subscription`; `reversal` (reconciliation only): was its current payment taken back."""
+        """Apply `subscription`, just read from Stripe; `reversal`: was its current payment taken back."""
         change = await apply_subscription(
-            session, subscription, observed_at=observed_at, catalog=self._catalog, fresh_read=fresh_read
+            session, subscription, observed_at=observed_at, catalog=self._catalog
         )
         revocation_changed = False
-        if change.applied and not isinstance(reversal, Unknown):
+        if change.applied:
             row = await session.get(Subscription, change.subscription_id)
             if row is not None and row.access_revoked_reason != reversal:
                 row.access_revoked_reason = reversal
@@ -165,22 +156,16 @@ class StripeStateApplier:
                     status=f"payment {reversal}" if reversal else "payment reinstated",
                     source=source,
                 )
-        outcome = await self._after_change(session, change, source, complete_elicitations=fresh_read)
+        outcome = await self._after_change(session, change, source)
         outcome.status_changed = outcome.status_changed or revocation_changed
         return outcome
 
-    async def _after_change(
-        self, session: AsyncSession, change: SubscriptionChange, source: str, *, complete_elicitations: bool
-    ) -> Outcome:
-        """Audit the change; on a fresh read from Stripe, complete the elicitations it now satisfies.
-
-        Only fresh reads complete elicitations: an event's snapshot may be superseded (a refund right
-        after the purchase), and completion cannot be undone, so it must not depend on delivery order.
-        """
+    async def _after_change(self, session: AsyncSession, change: SubscriptionChange, source: str) -> Outcome:
+        """Audit the change and complete the elicitations the subscription now satisfies."""
         if not change.applied:
             return Outcome(status="ignored", detail="older than the state already applied")
         completed: list[Elicitation] = []
-        if change.new_status in ENTITLING_STATUSES and complete_elicitations:
+        if change.new_status in ENTITLING_STATUSES:
             entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
             completed = await complete_satisfied(
                 session, change.user_id, satisfied=lambda item: self._satisfies(item, entitled)

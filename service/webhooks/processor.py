@@ -88,13 +88,16 @@ class WebhookProcessor:
     async def _prefetch(self, event: stripe.Event) -> FreshSubscription | None:
         """Network reads happen before the transaction opens, never while it holds locks.
 
-        Events about payments re-read their subscription, and whether its current payment was
-        refunded or disputed, from Stripe: the state then never depends on delivery order.
+        Every event about a subscription re-reads it, and whether its current payment was refunded
+        or disputed, from Stripe: the result never depends on the order events arrive in, and an
+        event's own snapshot (possibly older than what we know) is never applied.
         """
         obj = event.data.object
         subscription_id: str | None = None
         if event.type in CHECKOUT_COMPLETED:
             subscription_id = id_of(field_of(obj, "subscription"))
+        elif event.type in SUBSCRIPTION_EVENTS:
+            subscription_id = id_of(field_of(obj, "id"))
         elif event.type in INVOICE_EVENTS:
             subscription_id = subscription_of_invoice(obj)
         elif event.type in CHARGE_REVERSALS:
@@ -114,18 +117,17 @@ class WebhookProcessor:
                 return await applier.checkout_completed(
                     session, obj, fresh, observed_at=event.created, source=source
                 )
-            if event.type in SUBSCRIPTION_EVENTS:
-                return await applier.subscription_state(
-                    session, obj, observed_at=event.created, fresh_read=False, source=source
-                )
-            if event.type in INVOICE_EVENTS or event.type in CHARGE_REVERSALS:
+            if (
+                event.type in SUBSCRIPTION_EVENTS
+                or event.type in INVOICE_EVENTS
+                or event.type in CHARGE_REVERSALS
+            ):
                 if fresh is None:
-                    raise EventIgnored("the payment is not for a subscription")
+                    raise EventIgnored("the event is not about a subscription")
                 return await applier.subscription_state(
                     session,
                     fresh.subscription,
                     observed_at=event.created,
-                    fresh_read=True,
                     source=source,
                     reversal=fresh.reversal,
                 )

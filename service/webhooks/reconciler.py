@@ -109,7 +109,6 @@ class Reconciler:
                     self._applier.subscription_state,
                     subscription=subscription,
                     observed_at=0,
-                    fresh_read=True,
                     source="reconciliation",
                     reversal=await self._gateway.latest_payment_reversal(subscription),
                 )

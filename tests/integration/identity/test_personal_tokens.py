@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -15,27 +16,35 @@ from tests.support.service import RunningService, run_service
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-def cli(service: RunningService, *args: str) -> subprocess.CompletedProcess[str]:
+async def cli(service: RunningService, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a real process, awaited: the service under test shares this event loop and must
+    keep running (a blocking wait would freeze it mid-transaction and lock the CLI out)."""
     env = {
         **os.environ,
         "DATABASE_URL": service.settings.database_url,
         "PUBLIC_BASE_URL": service.settings.public_base_url,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "service", *args],
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        *args,
         cwd=REPO_ROOT,
         env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
+    async with asyncio.timeout(60):
+        out, err = await process.communicate()
+    assert process.returncode is not None
+    return subprocess.CompletedProcess(list(args), process.returncode, out.decode(), err.decode())
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_cli_user_and_token_work_with_the_sdk_client(service: RunningService, mode: str) -> None:
-    created = cli(service, "users", "create", "grace", "--password", "a long password")
+    created = await cli(service, "users", "create", "grace", "--password", "a long password")
     assert created.returncode == 0, created.stderr
-    issued = cli(service, "tokens", "create", "grace", "--label", "laptop")
+    issued = await cli(service, "tokens", "create", "grace", "--label", "laptop")
     assert issued.returncode == 0, issued.stderr
     token = issued.stdout.strip()
     assert token.startswith("mcp_pat_")
@@ -59,17 +68,18 @@ async def test_cli_revoke_stops_the_token(database_url: str) -> None:
 
 async def _revoke_with_the_cli(service: RunningService) -> None:
     await service.add_user("heidi")
-    issued = cli(service, "tokens", "create", "heidi")
+    issued = await cli(service, "tokens", "create", "heidi")
+    assert issued.returncode == 0, issued.stderr
     token = issued.stdout.strip()
     assert (await post_initialize(service, f"Bearer {token}"))[0] == 200
     token_id = issued.stderr.split("token id: ")[1].split()[0]
-    listed = cli(service, "tokens", "list", "heidi")
+    listed = await cli(service, "tokens", "list", "heidi")
     assert token_id in listed.stdout and "active" in listed.stdout
     assert token not in listed.stdout
 
-    revoked = cli(service, "tokens", "revoke", token_id)
+    revoked = await cli(service, "tokens", "revoke", token_id)
     assert revoked.returncode == 0, revoked.stderr
-    assert "revoked" in cli(service, "tokens", "list", "heidi").stdout
+    assert "revoked" in (await cli(service, "tokens", "list", "heidi")).stdout
     status, headers = await post_initialize(service, f"Bearer {token}")
     assert status == 401
     assert "invalid_token" in headers["www-authenticate"]
