@@ -33,9 +33,16 @@ logger = logging.getLogger(__name__)
 Satisfies = Callable[[Elicitation, frozenset[str]], bool]
 
 
+KEEP = "keep"  # a reversal value meaning: this read did not look, keep what we know
+
+
 @dataclass(frozen=True)
 class FreshSubscription:
-    """A subscription just read from Stripe, and whether its current period's payment was reversed."""
+    """A subscription just read from Stripe, and whether its current period's payment was reversed.
+
+    `reversal` is KEEP when nothing about payments changed (a subscription's own events), which
+    spares the reads of invoices and charges that only payment events need.
+    """
 
     subscription: Any
     reversal: str | None
@@ -136,12 +143,16 @@ class StripeStateApplier:
         source: str,
         reversal: str | None,
     ) -> Outcome:
-        """Apply `subscription`, just read from Stripe; `reversal`: was its current payment taken back."""
+        """Apply `subscription`, just read from Stripe.
+
+        `reversal`: 'refunded' or 'disputed' (the current period's payment was taken back), None (it
+        stands), or KEEP (this read did not look).
+        """
         change = await apply_subscription(
             session, subscription, observed_at=observed_at, catalog=self._catalog
         )
         revocation_changed = False
-        if change.applied:
+        if change.applied and reversal != KEEP:
             row = await session.get(Subscription, change.subscription_id)
             if row is not None and row.access_revoked_reason != reversal:
                 row.access_revoked_reason = reversal
@@ -156,16 +167,20 @@ class StripeStateApplier:
                     status=f"payment {reversal}" if reversal else "payment reinstated",
                     source=source,
                 )
-        outcome = await self._after_change(session, change, source)
+        # Completion cannot be undone, so only a read that also checked the payment completes
+        # elicitations: a purchase refunded at once must not count as paid in some orders only.
+        outcome = await self._after_change(session, change, source, complete_elicitations=reversal != KEEP)
         outcome.status_changed = outcome.status_changed or revocation_changed
         return outcome
 
-    async def _after_change(self, session: AsyncSession, change: SubscriptionChange, source: str) -> Outcome:
-        """Audit the change and complete the elicitations the subscription now satisfies."""
+    async def _after_change(
+        self, session: AsyncSession, change: SubscriptionChange, source: str, *, complete_elicitations: bool
+    ) -> Outcome:
+        """Audit the change and, if asked, complete the elicitations the subscription now satisfies."""
         if not change.applied:
             return Outcome(status="ignored", detail="older than the state already applied")
         completed: list[Elicitation] = []
-        if change.new_status in ENTITLING_STATUSES:
+        if change.new_status in ENTITLING_STATUSES and complete_elicitations:
             entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
             completed = await complete_satisfied(
                 session, change.user_id, satisfied=lambda item: self._satisfies(item, entitled)

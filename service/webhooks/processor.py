@@ -19,6 +19,7 @@ from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
 from service.paywall.bus import CompletionBus
 from service.webhooks.applier import (
+    KEEP,
     EventIgnored,
     FreshSubscription,
     Outcome,
@@ -98,6 +99,9 @@ class WebhookProcessor:
             subscription_id = id_of(field_of(obj, "subscription"))
         elif event.type in SUBSCRIPTION_EVENTS:
             subscription_id = id_of(field_of(obj, "id"))
+            if subscription_id is not None:
+                # A subscription's own event changes nothing about its payments.
+                return FreshSubscription(await self._gateway.retrieve_subscription(subscription_id), KEEP)
         elif event.type in INVOICE_EVENTS:
             subscription_id = subscription_of_invoice(obj)
         elif event.type in CHARGE_REVERSALS:
