@@ -1,9 +1,13 @@
 """Databases for the benchmark, and the users, tokens and entitlements in them, written before start.
 
 Everything goes through the service's own code: Alembic migrations, `identity.create_personal_token`,
-and `billing.subscriptions.apply_subscription` for the entitled user (the same function the webhook
-path applies a Stripe subscription with). Only the password hash is computed once and shared by all
-bulk users, so seeding hundreds of users does not cost hundreds of argon2 runs.
+and `billing.subscriptions.apply_subscription` (the function the webhook path applies a Stripe
+subscription with). Subscriptions are REAL: each is bought in the bench's one standalone Stripe
+sandbox (customer, subscription-mode checkout session, paid with the sandbox's test helper), then its
+customer is bound and the subscription object read back from the sandbox is applied. The service
+re-reads every subscription a webhook names, so fake ids would answer 502. Only the password hash is
+computed once and shared by all bulk users, so seeding hundreds of users does not cost hundreds of
+argon2 runs.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from sqlalchemy.engine import make_url
 
 from service.billing.models import StripeCustomer
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
+from service.billing.stripe_gateway import CheckoutRequest, StripeGateway
 from service.billing.subscriptions import apply_subscription
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
@@ -30,6 +35,8 @@ from service.identity.secrets import new_id
 
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BENCH_PLAN = "pro"
+SANDBOX_KEY = "sk_test_sandbox"  # the sandbox's key (service.settings.SANDBOX_SECRET_KEY)
+TEST_CARD = "4242424242424242"
 
 
 @dataclass
@@ -89,65 +96,114 @@ def postgres_available() -> bool:
         return False
 
 
-def subscription_object(account: Account, lookup_key: str) -> dict[str, Any]:
-    """A Stripe subscription as the webhook path sees it (the fields the service reads)."""
-    return {
-        "id": account.subscription_id,
-        "object": "subscription",
-        "customer": account.customer_id,
-        "status": "active",
-        "cancel_at_period_end": False,
-        "items": {
-            "object": "list",
-            "data": [
-                {"current_period_end": int(time.time()) + 30 * 86400, "price": {"lookup_key": lookup_key}}
-            ],
-        },
-        "metadata": {"user_id": account.user_id},
-    }
+@dataclass
+class Stripe:
+    """The bench's sandbox, through the service's own gateway (stripe-python)."""
+
+    gateway: StripeGateway
+    plan_id: str
+    price_id: str
+
+    @classmethod
+    async def connect(cls, api_base: str) -> Stripe:
+        catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
+        gateway = StripeGateway.create(SANDBOX_KEY, api_base, catalog)
+        prices = {plan.id: price_id for plan, price_id, _ in await gateway.sync_plans()}
+        return cls(gateway, BENCH_PLAN, prices[BENCH_PLAN])
+
+    async def aclose(self) -> None:
+        await self.gateway.aclose()
+
+    async def checkout(self, account: Account, elicitation_id: str) -> Any:
+        """An open subscription-mode checkout session for the account's customer."""
+        assert account.customer_id is not None
+        return await self.gateway.create_checkout_session(
+            CheckoutRequest(
+                customer_id=account.customer_id,
+                price_id=self.price_id,
+                user_id=account.user_id,
+                elicitation_id=elicitation_id,
+                plan_id=self.plan_id,
+                success_url="http://127.0.0.1/bench/success",
+                cancel_url="http://127.0.0.1/bench/cancel",
+                expires_at=int(time.time()) + 3600,
+                idempotency_key=f"bench-checkout:{account.user_id}:{elicitation_id}:{time.monotonic_ns()}",
+            )
+        )
+
+    async def pay(self, checkout_id: str) -> Any:
+        """Pays the session with the test card; the paid session (with its subscription)."""
+        await self.gateway.client.raw_request_async(
+            "post", f"/v1/test_helpers/checkout/sessions/{checkout_id}/pay", card_number=TEST_CARD
+        )
+        return await self.gateway.retrieve_checkout_session(checkout_id)
+
+    async def completed_event(self, checkout_id: str) -> dict[str, Any]:
+        """The sandbox's own `checkout.session.completed` event for the session, as JSON."""
+        page = await self.gateway.client.v1.events.list_async(
+            params={"type": "checkout.session.completed", "limit": 20}
+        )
+        for event in page.data:
+            if event.data.object.id == checkout_id:
+                document: dict[str, Any] = event.to_dict()
+                return document
+        raise RuntimeError(f"the sandbox has no checkout.session.completed for {checkout_id}")
+
+    async def subscribe(self, account: Account) -> Any:
+        """Buys the plan for the account; the real subscription object, read back from the sandbox."""
+        checkout = await self.checkout(account, f"eli_bench_seed_{account.user_id}")
+        paid = await self.pay(checkout.id)
+        if paid.payment_status != "paid" or paid.subscription is None:
+            raise RuntimeError(f"sandbox checkout {checkout.id} did not pay: {paid.payment_status}")
+        subscription_id = paid.subscription if isinstance(paid.subscription, str) else paid.subscription.id
+        account.subscription_id = subscription_id
+        return await self.gateway.retrieve_subscription(subscription_id)
 
 
 async def seed(
-    database_url: str, resource_url: str, *, webhook_customers: int, notify_accounts: int
+    database_url: str,
+    resource_url: str,
+    stripe: Stripe,
+    *,
+    webhook_customers: int,
+    notify_accounts: int,
 ) -> Seeded:
     catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
-    plan = catalog.get(BENCH_PLAN)
-    assert plan is not None, "the default plans name 'pro'"
     engine = create_engine(database_url)
     sessions = create_session_factory(engine)
     password_hash = hash_password(secrets.token_urlsafe(16))
     tag = secrets.token_hex(3)
 
-    async def account(session: Any, username: str, *, customer: bool) -> Account:
-        user = User(id=new_id("usr"), username=username, password_hash=password_hash)
+    async def account(session: Any, username: str, *, customer: bool, subscribed: bool = False) -> Account:
+        user = User(id=new_id("usr"), username=f"{username}-{tag}", password_hash=password_hash)
         session.add(user)
         await session.flush()
         issued = await identity.create_personal_token(
-            session, username, resource=resource_url, label="bench", ttl=None
+            session, user.username, resource=resource_url, label="bench", ttl=None
         )
-        result = Account(username, user.id, issued.secret)
+        result = Account(user.username, user.id, issued.secret)
         if customer:
-            result.customer_id = f"cus_bench_{tag}_{username}"
-            result.subscription_id = f"sub_bench_{tag}_{username}"
+            result.customer_id = await stripe.gateway.create_customer(user.id, user.username)
             session.add(StripeCustomer(user_id=user.id, customer_id=result.customer_id))
             await session.flush()
+        if subscribed:
+            subscription = await stripe.subscribe(result)
+            change = await apply_subscription(
+                session, subscription, observed_at=int(time.time()), catalog=catalog
+            )
+            if not (change.applied and change.new_status == "active"):
+                raise RuntimeError(f"seeding {username}'s subscription did not apply: {change}")
         return result
 
     try:
         async with sessions() as session, session.begin():
-            entitled = await account(session, "bench-entitled", customer=True)
-            change = await apply_subscription(
-                session,
-                subscription_object(entitled, plan.lookup_key),
-                observed_at=int(time.time()),
-                catalog=catalog,
-            )
-            if not (change.applied and change.new_status == "active"):
-                raise RuntimeError(f"seeding the entitlement did not apply: {change}")
+            entitled = await account(session, "bench-entitled", customer=True, subscribed=True)
             unentitled = await account(session, "bench-unentitled", customer=False)
             seeded = Seeded(entitled, unentitled)
             for index in range(webhook_customers):
-                seeded.webhook_customers.append(await account(session, f"bench-hook-{index}", customer=True))
+                seeded.webhook_customers.append(
+                    await account(session, f"bench-hook-{index}", customer=True, subscribed=True)
+                )
             for index in range(notify_accounts):
                 seeded.notify_accounts.append(await account(session, f"bench-notify-{index}", customer=True))
         return seeded

@@ -5,11 +5,13 @@
 - `bare`: a plain `mcp` `MCPServer` with the same `ascii_chart` function, no auth, no paywall.
 - `bare-auth`: the same with a static bearer-token verifier (a dict lookup): separates the cost of
   authentication from the cost of the paywall.
-- `paid`: our service, `service.app.create_app(Settings(...))`, unchanged.
+- `paid`: our service, `service.app.create_app(Settings(...))`, unchanged (settings from
+  BENCH_SETTINGS; the bench points them at its standalone sandbox, so no embedded sandbox starts).
+- `sandbox`: the one Stripe sandbox all `paid*` servers talk to (`create_sandbox_app`), no webhook
+  endpoints (the bench posts webhooks itself), nothing persisted.
 
-BENCH_JSON=1 serves legacy requests with JSON responses (`json_response=True`). Our service has no
-setting for that; for `paid` this module swaps `service.app.build_mcp_app` in this process only, so
-the mode can be measured at all (reported as such).
+BENCH_JSON=1 serves legacy requests with JSON responses: `json_response=True` for the bare servers,
+the MCP_JSON_RESPONSE setting (`mcp_json_response`) for `paid`.
 """
 
 from __future__ import annotations
@@ -59,26 +61,17 @@ def paid_app() -> Any:
     import service.app
     from service.settings import Settings
 
-    if _json_response():
-        from mcp.server.transport_security import TransportSecuritySettings
-
-        def build_json_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
-            # service.mcp_server.server.build_mcp_app's arguments, plus json_response=True.
-            return server.streamable_http_app(
-                streamable_http_path="/mcp",
-                json_response=True,
-                transport_security=TransportSecuritySettings(
-                    enable_dns_rebinding_protection=True,
-                    allowed_hosts=settings.transport_allowed_hosts,
-                    allowed_origins=settings.transport_allowed_origins,
-                ),
-                host=settings.host,
-            )
-
-        service.app.build_mcp_app = build_json_mcp_app
-
     values = json.loads(os.environ["BENCH_SETTINGS"])
+    if _json_response():
+        values["mcp_json_response"] = True
     return service.app.create_app(Settings(_env_file=None, **values))  # type: ignore[call-arg]
+
+
+def sandbox_app() -> Any:
+    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+
+    port = int(os.environ["BENCH_PORT"])
+    return create_sandbox_app(SandboxConfig(public_base_url=f"http://127.0.0.1:{port}", persist_path=None))
 
 
 def create() -> Any:
@@ -89,4 +82,6 @@ def create() -> Any:
         return bare_app(with_auth=True)
     if kind == "paid":
         return paid_app()
+    if kind == "sandbox":
+        return sandbox_app()
     raise ValueError(f"unknown BENCH_KIND {kind!r}")
