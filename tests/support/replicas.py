@@ -15,7 +15,7 @@ import httpx
 import stripe
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-STARTUP_SECONDS = 30.0
+STARTUP_SECONDS = 60.0
 
 
 @dataclass

@@ -58,7 +58,7 @@ async def cluster(pg_templates: DatabaseTemplates, tmp_path: Path) -> AsyncItera
             webhook_endpoints=[(f"http://127.0.0.1:{ports['b']}/webhooks/stripe", WEBHOOK_SECRET)],
             webhook_retry_base=0.2,
             webhook_retry_max_delay=2.0,
-            webhook_max_attempts=20,
+            webhook_max_attempts=80,  # about three minutes of retries: enough for a slow restart
             webhook_timeout=5.0,
         )
     )

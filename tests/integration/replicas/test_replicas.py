@@ -128,7 +128,7 @@ async def test_b_killed_mid_webhook_then_stripes_retry_applies_it_once(cluster: 
             await wait_for_lock_waiter(locked)
             await cluster.b.kill()  # dies inside the webhook's transaction
         await cluster.b.start()  # Stripe keeps retrying; the restarted B takes the delivery
-        assert await probe.wait_for_completion(seconds=60) == elicitation.elicitation_id
+        assert await probe.wait_for_completion(seconds=150) == elicitation.elicitation_id
         assert not (await client.call_tool("ascii_chart", ARGS)).is_error
     await cluster.sandbox.deliver_pending(within=60)
     completed = [row for row in await rows(cluster, StripeEvent) if row.type == "checkout.session.completed"]
