@@ -128,6 +128,25 @@ async def authorize(
     )
 
 
+async def exchange_code(http: httpx.AsyncClient, client_id: str, code: str, verifier: str) -> httpx.Response:
+    return await http.post(
+        "/token",
+        data={
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": REDIRECT_URI,
+            "client_id": client_id,
+            "code_verifier": verifier,
+        },
+    )
+
+
+async def refresh_with(http: httpx.AsyncClient, client_id: str, refresh_token: str) -> httpx.Response:
+    return await http.post(
+        "/token", data={"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client_id}
+    )
+
+
 async def whoami_status(service: RunningService, access_token: str) -> int:
     async with service.http() as http:
         response = await http.post(
@@ -163,54 +182,22 @@ async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService
         assert callback["state"] == "xyz"
         assert callback["iss"] == service.base_url
 
-        wrong_verifier = await http.post(
-            "/token",
-            data={
-                "grant_type": "authorization_code",
-                "code": callback["code"],
-                "redirect_uri": REDIRECT_URI,
-                "client_id": client["client_id"],
-                "code_verifier": secrets.token_urlsafe(48),
-            },
+        wrong_verifier = await exchange_code(
+            http, client["client_id"], callback["code"], secrets.token_urlsafe(48)
         )
         assert wrong_verifier.status_code == 400
         assert wrong_verifier.json()["error"] == "invalid_grant"
 
-        exchanged = await http.post(
-            "/token",
-            data={
-                "grant_type": "authorization_code",
-                "code": callback["code"],
-                "redirect_uri": REDIRECT_URI,
-                "client_id": client["client_id"],
-                "code_verifier": verifier,
-            },
-        )
+        exchanged = await exchange_code(http, client["client_id"], callback["code"], verifier)
         assert exchanged.status_code == 200, exchanged.text
         tokens = exchanged.json()
         assert tokens["token_type"].lower() == "bearer"
         assert await whoami_status(service, tokens["access_token"]) == 200
 
-        replayed_code = await http.post(
-            "/token",
-            data={
-                "grant_type": "authorization_code",
-                "code": callback["code"],
-                "redirect_uri": REDIRECT_URI,
-                "client_id": client["client_id"],
-                "code_verifier": verifier,
-            },
-        )
+        replayed_code = await exchange_code(http, client["client_id"], callback["code"], verifier)
         assert replayed_code.status_code == 400
 
-        refreshed = await http.post(
-            "/token",
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": tokens["refresh_token"],
-                "client_id": client["client_id"],
-            },
-        )
+        refreshed = await refresh_with(http, client["client_id"], tokens["refresh_token"])
         assert refreshed.status_code == 200, refreshed.text
         new_tokens = refreshed.json()
         assert new_tokens["refresh_token"] != tokens["refresh_token"]
@@ -222,14 +209,7 @@ async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService
         assert revoked.status_code == 200
         assert await whoami_status(service, new_tokens["access_token"]) == 401
         # Revocation ends the whole grant, so the refresh token minted with it is dead too.
-        after_revoke = await http.post(
-            "/token",
-            data={
-                "grant_type": "refresh_token",
-                "refresh_token": new_tokens["refresh_token"],
-                "client_id": client["client_id"],
-            },
-        )
+        after_revoke = await refresh_with(http, client["client_id"], new_tokens["refresh_token"])
         assert after_revoke.status_code == 400
 
 
@@ -241,21 +221,9 @@ async def test_reusing_a_rotated_refresh_token_ends_the_grant(service: RunningSe
         to_login = await authorize(service, http, client["client_id"], challenge)
         done = await log_in_through_form(http, to_login.headers["location"], "carol", DEFAULT_PASSWORD)
         code = query_of(done.headers["location"])["code"]
-        first = (
-            await http.post(
-                "/token",
-                data={
-                    "grant_type": "authorization_code",
-                    "code": code,
-                    "redirect_uri": REDIRECT_URI,
-                    "client_id": client["client_id"],
-                    "code_verifier": verifier,
-                },
-            )
-        ).json()
-        refresh = {"grant_type": "refresh_token", "client_id": client["client_id"]}
-        second = (await http.post("/token", data={**refresh, "refresh_token": first["refresh_token"]})).json()
-        stolen = await http.post("/token", data={**refresh, "refresh_token": first["refresh_token"]})
+        first = (await exchange_code(http, client["client_id"], code, verifier)).json()
+        second = (await refresh_with(http, client["client_id"], first["refresh_token"])).json()
+        stolen = await refresh_with(http, client["client_id"], first["refresh_token"])
         assert stolen.status_code == 400
         assert await whoami_status(service, second["access_token"]) == 401
 
