@@ -7,7 +7,6 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-import httpx
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import InterfaceError, OperationalError
@@ -59,7 +58,6 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
     observe_elicitations(sessions, metrics)
-    http = await stack.enter_async_context(httpx.AsyncClient(timeout=httpx.Timeout(10.0)))
     secret_key = settings.secret_key.get_secret_value()
     cookies = CookiePolicy(secure=not settings.is_development)
 
@@ -140,7 +138,6 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         settings=settings,
         engine=engine,
         sessions=sessions,
-        http=http,
         oauth=oauth,
         mcp=mcp,
         pages=Pages(settings.mcp_server_name),

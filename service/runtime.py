@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from mcp.server import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
@@ -33,7 +32,6 @@ class Runtime:
     settings: Settings
     engine: AsyncEngine
     sessions: SessionFactory
-    http: httpx.AsyncClient
     oauth: DatabaseOAuthProvider
     mcp: MCPServer
     pages: Pages
