@@ -73,6 +73,25 @@ class Window:
             self.first_error = text[:300]
 
 
+async def _timed_post(
+    conn: wire.Connection, window: Window, path: str, headers: bytes, body: bytes, marker: bytes
+) -> bool:
+    """One POST, recorded if it fell inside the window; False when the connection broke."""
+    started = time.perf_counter()
+    try:
+        response = await conn.request("POST", path, headers, body)
+    except (OSError, wire.WireError, asyncio.IncompleteReadError, ValueError) as exc:
+        window.error(f"request: {exc!r}")
+        return False
+    finished = time.perf_counter()
+    if started >= window.start and finished <= window.end:
+        if response.status == 200 and marker in response.body:
+            window.latencies.append(finished - started)
+        else:
+            window.error(f"{response.status} {response.body[:300]!r}")
+    return True
+
+
 async def _call_worker(spec: dict[str, Any], window: Window, index: int) -> None:
     port, token, mode = spec["port"], spec.get("token"), spec["mode"]
     marker = EXPECT_MARKERS[spec.get("expect", "result")]
@@ -98,20 +117,9 @@ async def _call_worker(spec: dict[str, Any], window: Window, index: int) -> None
             await window.connected_one()
         request_id += 1
         body = wire.legacy_call_body(request_id) if mode == "legacy" else wire.modern_call_body(request_id)
-        started = time.perf_counter()
-        try:
-            response = await conn.request("POST", "/mcp", headers, body)
-        except (OSError, wire.WireError, asyncio.IncompleteReadError, ValueError) as exc:
-            window.error(f"request: {exc!r}")
+        if not await _timed_post(conn, window, "/mcp", headers, body, marker):
             conn.close()
             conn = None
-            continue
-        finished = time.perf_counter()
-        if started >= window.start and finished <= window.end:
-            if response.status == 200 and marker in response.body:
-                window.latencies.append(finished - started)
-            else:
-                window.error(f"{response.status} {response.body[:300]!r}")
     if conn is not None:
         conn.close()
 
@@ -172,20 +180,9 @@ async def _webhook_worker(spec: dict[str, Any], window: Window, index: int) -> N
         body = _webhook_body(spec, index, sequence)
         signature = sign_webhook_payload(body, spec["secret"], int(time.time()))
         headers = wire.header_block({"Content-Type": "application/json", "Stripe-Signature": signature})
-        started = time.perf_counter()
-        try:
-            response = await conn.request("POST", "/webhooks/stripe", headers, body)
-        except (OSError, wire.WireError, asyncio.IncompleteReadError, ValueError) as exc:
-            window.error(f"request: {exc!r}")
+        if not await _timed_post(conn, window, "/webhooks/stripe", headers, body, marker):
             conn.close()
             conn = None
-            continue
-        finished = time.perf_counter()
-        if started >= window.start and finished <= window.end:
-            if response.status == 200 and marker in response.body:
-                window.latencies.append(finished - started)
-            else:
-                window.error(f"{response.status} {response.body[:300]!r}")
     if conn is not None:
         conn.close()
 
