@@ -45,8 +45,21 @@ def free_port() -> int:
         sock.close()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+
+
 @pytest.fixture
-async def cluster(pg_templates: DatabaseTemplates, tmp_path: Path) -> AsyncIterator[Cluster]:
+async def cluster(
+    pg_templates: DatabaseTemplates, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Cluster]:
     database_url = pg_templates.fresh_url(tmp_path)
     ports = {name: free_port() for name in "abc"}
     stripe_socket = bound_socket()
@@ -93,3 +106,8 @@ async def cluster(pg_templates: DatabaseTemplates, tmp_path: Path) -> AsyncItera
                 )
     finally:
         await gateway.aclose()
+        if request.node.stash.get(CALL_FAILED, False):
+            # CI shows only pytest's output: put what each replica logged next to the failure.
+            for replica in made:
+                print(f"----- replica {replica.name} log -----\n{replica.log()[-20000:]}")
+            print(f"----- sandbox webhook attempts -----\n{sandbox_app.state.sandbox.webhooks.attempts!r}")
