@@ -19,6 +19,7 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision
+from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
@@ -192,6 +193,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await stack.enter_async_context(mcp.session_manager.run())
             mcp_mount.app = mcp_app
             stack.callback(setattr, mcp_mount, "app", None)
+            if settings.gc_freeze:
+                stack.enter_context(tuned_gc(settings.gc_gen0_threshold))
             yield
 
     app = FastAPI(

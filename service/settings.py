@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     completion_bus: Literal["auto", "local"] = "auto"
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
 
+    # After start-up: freeze the start-up heap out of the collector's walks, raise gen0's threshold
+    # (0 keeps Python's 700). See service/gc_tuning.py for the measurements.
+    gc_freeze: bool = True
+    gc_gen0_threshold: int = Field(default=10_000, ge=0)
+
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)

@@ -1,0 +1,202 @@
+"""Where a paid tools/call spends its CPU, next to the bare SDK's: in process, no sockets.
+
+    .venv/bin/python -m bench.profile_call [--calls 3000] [--top 25]
+
+Drives the same 2026-07-28 `tools/call` through each ASGI app directly (an ASGI scope and a body,
+the way uvicorn hands them over), so the numbers are the servers' own CPU per call with no network,
+no load generator and no other process in the way. Prints microseconds per call for `bare-auth` and
+`paid`, then the functions with the most cumulative time inside `paid` (cProfile). A development
+tool for finding the paywall's overhead; `make bench` remains the measurement of record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from bench import servers, wire
+
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def _scope(headers: bytes) -> dict[str, Any]:
+    parsed = [
+        (name.strip().lower().encode(), value.strip().encode())
+        for name, _, value in (line.partition(":") for line in headers.decode().split("\r\n") if line)
+    ]
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:8000"), *parsed],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+        "state": {},
+    }
+
+
+async def call_once(app: App, headers: bytes, body: bytes) -> bytes:
+    sent = False
+    chunks: list[bytes] = []
+    status = 0
+    done = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                done.set()
+
+    await app(_scope(headers), receive, send)
+    payload = b"".join(chunks)
+    if status != 200 or b'"isError":false' not in payload.replace(b" ", b""):
+        raise RuntimeError(f"unexpected answer {status}: {payload[:300]!r}")
+    return payload
+
+
+async def measure(
+    app: App, headers: bytes, calls: int, concurrency: int, profiler: cProfile.Profile | None = None
+) -> float:
+    """CPU microseconds per call over `calls` calls, `concurrency` at a time (after a warm-up)."""
+
+    async def worker(count: int) -> None:
+        for index in range(count):
+            await call_once(app, headers, wire.modern_call_body(index))
+
+    await worker(50)
+    if profiler is not None:
+        profiler.enable()
+    started = time.process_time()
+    await asyncio.gather(*(worker(calls // concurrency) for _ in range(concurrency)))
+    spent = time.process_time() - started
+    if profiler is not None:
+        profiler.disable()
+    return spent / calls * 1e6
+
+
+async def lifespan(app: Any) -> tuple[asyncio.Task[None], asyncio.Queue[dict[str, Any]]]:
+    to_app: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    started = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        return await to_app.get()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "lifespan.startup.complete":
+            started.set()
+        elif message["type"] == "lifespan.startup.failed":
+            raise RuntimeError(message.get("message"))
+
+    await to_app.put({"type": "lifespan.startup"})
+    scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+    task = asyncio.create_task(app(scope, receive, send))
+    await started.wait()
+    return task, to_app
+
+
+async def paid_app(workdir: Path) -> tuple[Any, str]:
+    from service.app import create_app
+    from service.billing.models import StripeCustomer, Subscription
+    from service.db.engine import create_engine, create_session_factory
+    from service.db.metadata import utcnow
+    from service.db.migrations import upgrade_to_head
+    from service.identity import service as identity
+    from service.settings import Settings
+
+    database_url = f"sqlite+aiosqlite:///{workdir / 'profile.db'}"
+    upgrade_to_head(database_url)
+    engine = create_engine(database_url)
+    async with create_session_factory(engine)() as session, session.begin():
+        user = await identity.create_user(session, "profiled", "profiled-password")
+        issued = await identity.create_personal_token(
+            session, "profiled", resource="http://127.0.0.1:8000/mcp", label="profile", ttl=None
+        )
+        session.add(StripeCustomer(user_id=user.id, customer_id="cus_profile"))
+        session.add(
+            Subscription(
+                id="sub_profile",
+                user_id=user.id,
+                customer_id="cus_profile",
+                plan_id="pro",
+                status="active",
+                current_period_end=utcnow() + timedelta(days=30),
+            )
+        )
+    await engine.dispose()
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        environment="development",
+        database_url=database_url,
+        public_base_url="http://127.0.0.1:8000",
+        stripe_secret_key="sk_test_profile",  # noqa: S106 - a loopback profile's fixed key
+        stripe_api_base="http://127.0.0.1:9",  # never called: nothing here needs Stripe
+        reconcile_interval_seconds=0,
+        log_level="WARNING",
+    )
+    return create_app(settings), issued.secret
+
+
+async def main(calls: int, top: int, concurrency: int) -> None:
+    os.environ.setdefault("BENCH_PORT", "8000")
+    bare = servers.bare_app(with_auth=True)
+    with tempfile.TemporaryDirectory() as workdir:
+        paid, token = await paid_app(Path(workdir))
+        bare_task, bare_q = await lifespan(bare)
+        paid_task, paid_q = await lifespan(paid)
+        bare_headers = wire.modern_headers(servers.STATIC_TOKEN)
+        paid_headers = wire.modern_headers(token)
+        rounds = [
+            (
+                await measure(bare, bare_headers, calls, concurrency),
+                await measure(paid, paid_headers, calls, concurrency),
+            )
+            for _ in range(3)
+        ]
+        profiler = cProfile.Profile()
+        await measure(paid, paid_headers, calls, concurrency, profiler)
+        for queue in (bare_q, paid_q):
+            await queue.put({"type": "lifespan.shutdown"})
+        await asyncio.gather(bare_task, paid_task, return_exceptions=True)
+    for index, (bare_us, paid_us) in enumerate(rounds, 1):
+        print(
+            f"round {index}: bare-auth {bare_us:7.1f} us/call   paid {paid_us:7.1f} us/call   "
+            f"ratio {bare_us / paid_us:.2f}x"
+        )
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--concurrency", type=int, default=1)
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.calls, arguments.top, arguments.concurrency))
