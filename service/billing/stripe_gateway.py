@@ -7,6 +7,7 @@ customer or checkout session.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import stripe
@@ -191,14 +192,38 @@ class StripeGateway:
 
     async def latest_payment_reversal(self, subscription: stripe.Subscription) -> str | None:
         """'disputed' or 'refunded' when the payment for the current period was taken back."""
-        latest = subscription.latest_invoice
-        invoice_id = latest if isinstance(latest, str) or latest is None else latest.id
+        invoice_id = _id_or_none(subscription.latest_invoice)
         if invoice_id is None:
             return None
+        return await self._reversal_of(await self._invoice_payments(invoice_id))
+
+    async def subscription_with_reversal(
+        self, subscription_id: str, invoice_hint: str | None
+    ) -> tuple[stripe.Subscription, str | None]:
+        """The subscription and `latest_payment_reversal`, in two round trips instead of three.
+
+        `invoice_hint` is the invoice a Checkout Session just paid: usually the subscription's
+        latest, so its payments are read alongside the subscription. When it is not (a renewal
+        happened before a late delivery), the latest invoice is read as usual.
+        """
+        if invoice_hint is None:
+            subscription = await self.retrieve_subscription(subscription_id)
+            return subscription, await self.latest_payment_reversal(subscription)
+        subscription, payments = await asyncio.gather(
+            self.retrieve_subscription(subscription_id), self._invoice_payments(invoice_hint)
+        )
+        if _id_or_none(subscription.latest_invoice) != invoice_hint:
+            return subscription, await self.latest_payment_reversal(subscription)
+        return subscription, await self._reversal_of(payments)
+
+    async def _invoice_payments(self, invoice_id: str) -> list[stripe.InvoicePayment]:
         payments = await self._client.v1.invoice_payments.list_async(
             params={"invoice": invoice_id, "limit": 10}
         )
-        for payment in payments.data:
+        return list(payments.data)
+
+    async def _reversal_of(self, payments: list[stripe.InvoicePayment]) -> str | None:
+        for payment in payments:
             payment_intent = payment.payment.payment_intent if payment.payment else None
             if payment_intent is None:
                 continue
@@ -230,3 +255,10 @@ class StripeGateway:
         )
         events = [event async for event in page.auto_paging_iter()]
         return sorted(events, key=lambda event: event.created)
+
+
+def _id_or_none(reference: str | stripe.StripeObject | None) -> str | None:
+    if reference is None or isinstance(reference, str):
+        return reference
+    identifier = getattr(reference, "id", None)
+    return identifier if isinstance(identifier, str) else None

@@ -97,7 +97,13 @@ class WebhookProcessor:
         subscription_id: str | None = None
         if event.type in CHECKOUT_COMPLETED:
             subscription_id = id_of(field_of(obj, "subscription"))
-        elif event.type in SUBSCRIPTION_EVENTS:
+            if subscription_id is None:
+                return None
+            subscription, reversal = await self._gateway.subscription_with_reversal(
+                subscription_id, id_of(field_of(obj, "invoice"))
+            )
+            return FreshSubscription(subscription, reversal)
+        if event.type in SUBSCRIPTION_EVENTS:
             subscription_id = id_of(field_of(obj, "id"))
             if subscription_id is not None:
                 # A subscription's own event changes nothing about its payments.
