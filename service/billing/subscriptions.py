@@ -34,6 +34,8 @@ class SubscriptionChange:
     old_status: str | None
     new_status: str
     applied: bool
+    # Whether anything that decides entitlement moved; a re-read that found the same state did not.
+    state_changed: bool = True
 
 
 def _field(obj: Mapping[str, Any] | Any, name: str) -> Any:
@@ -107,6 +109,7 @@ async def apply_subscription(
     if row is not None and row.status in TERMINAL_STATUSES and status != row.status:
         return SubscriptionChange(subscription_id, user_id, plan_id, old_status, row.status, applied=False)
     now = utcnow()
+    before = _entitlement_state(row) if row is not None else None
     if row is None:
         row = Subscription(
             id=subscription_id, user_id=user_id, customer_id=customer_id, plan_id=plan_id, status=status
@@ -120,10 +123,25 @@ async def apply_subscription(
     row.cancel_at_period_end = bool(_field(subscription, "cancel_at_period_end"))
     row.current_period_end = _period_end(subscription)
     row.stripe_updated = max(row.stripe_updated, observed_at)
-    row.updated_at = now
-    session.add(row)
-    await session.flush()
-    return SubscriptionChange(subscription_id, user_id, plan_id, old_status, status, applied=True)
+    state_changed = before != _entitlement_state(row)
+    if before is None or session.is_modified(row):
+        row.updated_at = now
+        session.add(row)
+        await session.flush()
+    return SubscriptionChange(
+        subscription_id, user_id, plan_id, old_status, status, applied=True, state_changed=state_changed
+    )
+
+
+def _entitlement_state(row: Subscription) -> tuple[object, ...]:
+    return (
+        row.plan_id,
+        row.status,
+        row.cancel_at_period_end,
+        row.current_period_end,
+        row.past_due_since,
+        row.access_revoked_reason,
+    )
 
 
 def grants_access(row: Subscription, *, grace: timedelta, now: datetime) -> bool:

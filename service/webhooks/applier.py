@@ -169,12 +169,22 @@ class StripeStateApplier:
                 )
         # Completion cannot be undone, so only a read that also checked the payment completes
         # elicitations: a purchase refunded at once must not count as paid in some orders only.
-        outcome = await self._after_change(session, change, source, complete_elicitations=reversal != KEEP)
-        outcome.status_changed = outcome.status_changed or revocation_changed
-        return outcome
+        return await self._after_change(
+            session,
+            change,
+            source,
+            complete_elicitations=reversal != KEEP,
+            revocation_changed=revocation_changed,
+        )
 
     async def _after_change(
-        self, session: AsyncSession, change: SubscriptionChange, source: str, *, complete_elicitations: bool
+        self,
+        session: AsyncSession,
+        change: SubscriptionChange,
+        source: str,
+        *,
+        complete_elicitations: bool,
+        revocation_changed: bool = False,
     ) -> Outcome:
         """Audit the change and, if asked, complete the elicitations the subscription now satisfies."""
         if not change.applied:
@@ -203,9 +213,12 @@ class StripeStateApplier:
                 status=change.new_status,
                 source=source,
             )
+        if not (change.state_changed or revocation_changed or completed):
+            # The same state read again: no cache anywhere is stale, nobody needs waking.
+            return Outcome()
         return Outcome(
             changes=[EntitlementChanged(change.user_id, tuple(item.id for item in completed))],
-            status_changed=change.old_status != change.new_status or bool(completed),
+            status_changed=change.old_status != change.new_status or bool(completed) or revocation_changed,
         )
 
     async def checkout_expired(self, session: AsyncSession, checkout: Any) -> Outcome:

@@ -56,8 +56,6 @@ class WebhookProcessor:
         prefetched = await self._prefetch(event)
         try:
             async with self._sessions() as session, session.begin():
-                if await session.get(StripeEvent, event.id) is not None:
-                    return Outcome(status="duplicate")
                 stored = StripeEvent(
                     id=event.id,
                     type=event.type,
@@ -66,7 +64,8 @@ class WebhookProcessor:
                     outcome="applied",
                 )
                 session.add(stored)
-                await session.flush()  # claims the id: a concurrent duplicate fails here or at commit
+                # Claims the id: a duplicate (delivered before, or concurrently) fails here or at commit.
+                await session.flush()
                 outcome = await self._apply(session, event, prefetched)
                 stored.outcome, stored.detail = outcome.status, outcome.detail
                 session.add(stored)
