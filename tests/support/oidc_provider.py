@@ -26,6 +26,10 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import RSAKey
 
+from service.identity.oidc.login import CALLBACK_PATH
+from tests.support.servers import bound_socket, port_of
+from tests.support.service import RunningService, make_settings, run_service_on
+
 NODE_DIR = Path(__file__).resolve().parents[1] / "e2e" / "node"
 SCRIPT = NODE_DIR / "oidc_provider.mjs"
 
@@ -99,7 +103,9 @@ class OidcProvider:
                         str(response.url), data={"prompt": "login", "login": username, "password": "any"}
                     )
                 else:
-                    raise AssertionError(f"unexpected {response.status_code} from the provider: {response.text}")
+                    raise AssertionError(
+                        f"unexpected {response.status_code} from the provider: {response.text}"
+                    )
             assert code is not None, "the provider never redirected back with a code"
             token = await http.post(
                 f"{self.issuer}/token",
@@ -164,7 +170,12 @@ async def run_oidc_provider(
         )
     )
     process = await asyncio.create_subprocess_exec(
-        node, str(SCRIPT), str(config), cwd=NODE_DIR, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        node,
+        str(SCRIPT),
+        str(config),
+        cwd=NODE_DIR,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert process.stdout is not None and process.stderr is not None
@@ -177,3 +188,32 @@ async def run_oidc_provider(
         if process.returncode is None:
             process.terminate()
             await process.wait()
+
+
+@asynccontextmanager
+async def run_service_with_provider(
+    database_url: str,
+    tmp_path: Path,
+    *,
+    keys: list[RSAKey],
+    access_token_format: str = "jwt",
+    **overrides: Any,
+) -> AsyncIterator[tuple[OidcProvider, RunningService]]:
+    """The provider, and our service configured to use it (its port is chosen first: the
+    provider must know the payment page's redirect URI, the service the provider's issuer)."""
+    sock = bound_socket()
+    port = port_of(sock)
+    redirect_uri = f"http://127.0.0.1:{port}{CALLBACK_PATH}"
+    async with run_oidc_provider(
+        tmp_path, keys=keys, payment_redirect_uri=redirect_uri, access_token_format=access_token_format
+    ) as provider:
+        settings = make_settings(
+            database_url,
+            port,
+            oidc_issuer=provider.issuer,
+            oidc_client_id=PAY_CLIENT_ID,
+            oidc_client_secret=PAY_CLIENT_SECRET,
+            **overrides,
+        )
+        async with run_service_on(settings, sock) as service:
+            yield provider, service
