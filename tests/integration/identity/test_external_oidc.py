@@ -175,3 +175,22 @@ async def test_unknown_key_ids_refetch_at_most_once_per_interval(database_url: s
             stranger = provider.sign(claims_for(provider, service), key=new_signing_key(f"unknown-{index}"))
             assert await status_with(service, stranger) == 401
         assert keys.fetches == 1
+
+
+async def test_opaque_tokens_by_introspection(database_url: str, tmp_path: Path) -> None:
+    async with run_service_with_provider(
+        database_url,
+        tmp_path,
+        keys=[new_signing_key("k1")],
+        access_token_format="opaque",
+        oidc_introspection=True,
+    ) as (provider, service):
+        token = await provider.user_access_token("opal", service.mcp_url)
+        assert token.count(".") == 0, "the provider should issue an opaque token here"
+        async with service.mcp_client(token) as client:
+            result = await client.call_tool("whoami", {})
+        assert result.structured_content is not None
+        assert result.structured_content["username"] == "opal"
+        other = await provider.client_credentials_token("https://other-api.example/")
+        assert await status_with(service, other) == 401
+        assert await status_with(service, "not-a-token-the-provider-issued") == 401
