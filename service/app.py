@@ -23,6 +23,8 @@ from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.identity.oidc.endpoints import router as oidc_router
+from service.identity.oidc.wiring import start_external_identity
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import build_mcp_app, build_mcp_server
 from service.observability.elicitation_events import observe_elicitations
@@ -84,6 +86,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
         token_cache_seconds=settings.token_cache_seconds,
     )
+    external = await start_external_identity(settings, stack, sessions, oauth, cookies)
     entitlements = Entitlements(
         sessions,
         grace=timedelta(seconds=settings.past_due_grace_seconds),
@@ -125,7 +128,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     await stack.enter_async_context(
         every(settings.reconcile_interval_seconds, stripe_sync.reconciler.run, name="stripe-reconciliation")
     )
-    mcp = build_mcp_server(settings, oauth, sessions)
+    mcp = build_mcp_server(settings, oauth, sessions, external.verifier if external else None)
     register_billing_tools(
         mcp,
         sessions,
@@ -155,6 +158,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
         metrics=metrics,
+        oidc=external.login if external else None,
     )
 
 
@@ -211,6 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)
     app.include_router(identity_router)
+    app.include_router(oidc_router)
     app.include_router(payment_router)
     app.include_router(billing_router)
     app.include_router(webhook_router)

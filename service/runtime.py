@@ -14,6 +14,7 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.identity.oidc.login import OidcLogin
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
@@ -48,6 +49,7 @@ class Runtime:
     reconciler: Reconciler
     sandbox: Sandbox | None
     metrics: ServiceMetrics
+    oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(
         self, request: Request, template: str, *, status_code: int = 200, **context: Any

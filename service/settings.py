@@ -97,6 +97,15 @@ class Settings(BaseSettings):
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
 
+    # An external OpenID Connect provider instead of the built-in authorization server (unset: built-in).
+    oidc_issuer: str | None = None
+    oidc_audience: str | None = None  # None: the MCP resource URL
+    oidc_client_id: str | None = None  # the payment page's confidential client at the issuer
+    oidc_client_secret: SecretStr | None = None
+    oidc_introspection: bool = False  # RFC 7662 for opaque access tokens instead of JWT validation
+    oidc_scopes: str = "openid email profile"
+    oidc_jwks_min_refresh_seconds: float = Field(default=10.0, ge=0)
+
     _split = field_validator(
         "mcp_allowed_hosts",
         "mcp_allowed_origins",
@@ -121,6 +130,15 @@ class Settings(BaseSettings):
                 "MCP_JSON_RESPONSE=true removes the per-request stream that ELICITATION_STYLE=request needs; "
                 "use ELICITATION_STYLE=error with JSON responses"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _oidc_needs_its_client(self) -> Settings:
+        if self.oidc_issuer is not None:
+            from service.identity.oidc.config import oidc_setting_problems
+
+            if problems := oidc_setting_problems(self):
+                raise ConfigurationError("; ".join(problems))
         return self
 
     @model_validator(mode="after")
@@ -180,6 +198,10 @@ class Settings(BaseSettings):
     @property
     def mcp_resource_url(self) -> str:
         return f"{self.public_base_url}/mcp"
+
+    @property
+    def oidc_expected_audience(self) -> str:
+        return self.oidc_audience or self.mcp_resource_url
 
     @cached_property
     def transport_allowed_hosts(self) -> list[str]:

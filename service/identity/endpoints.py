@@ -75,6 +75,8 @@ async def login_form(
     authz: str | None = None,
     next: str | None = None,
 ) -> Response:
+    if runtime.oidc is not None:  # an external provider signs people in
+        return runtime.oidc.start(safe_next_path(next) or "/account")
     pending = runtime.oauth.open_pending(authz) if authz else None
     if authz and pending is None:
         return _expired_authorization(runtime)
@@ -104,6 +106,8 @@ async def login_submit(
     authz: OptionalForm = None,
     next: OptionalForm = None,
 ) -> Response:
+    if runtime.oidc is not None:  # no passwords here: the external provider signs people in
+        return runtime.oidc.start(safe_next_path(next) or "/account")
     pending = runtime.oauth.open_pending(authz) if authz else None
     if authz and pending is None:
         return _expired_authorization(runtime)
@@ -194,6 +198,8 @@ async def revoke(request: Request, runtime: RuntimeDep) -> Response:
     The SDK's handler insists on a `client_secret` field even from public clients, which RFC 7009
     does not ask of them; client authentication itself is still the SDK's.
     """
+    if runtime.oidc is not None:  # tokens come from the external issuer: revoke them there
+        return JSONResponse({"error": "not_found"}, status_code=404)
     try:
         client = await ClientAuthenticator(runtime.oauth).authenticate_request(request)
     except AuthenticationError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from mcp.server import MCPServer
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.request_state import RequestStateSecurity
@@ -10,18 +12,30 @@ from starlette.applications import Starlette
 
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.free_tools import register_free_tools
 from service.settings import Settings
 
 
-def build_mcp_server(settings: Settings, oauth: DatabaseOAuthProvider, sessions: SessionFactory) -> MCPServer:
-    server: MCPServer = MCPServer(
-        settings.mcp_server_name,
-        instructions=(
-            "Free and paid tools. A paid tool sends you to a payment page when you have no subscription."
-        ),
-        auth_server_provider=oauth,
-        auth=AuthSettings.model_validate(
+def _auth(
+    settings: Settings, oauth: DatabaseOAuthProvider, external: ExternalTokenVerifier | None
+) -> dict[str, Any]:
+    """Built-in server: the SDK serves /authorize, /token, /register. External issuer: only the
+    protected-resource metadata, naming that issuer; our verifier checks the audience itself."""
+    if external is not None:
+        return {
+            "token_verifier": external,
+            "auth": AuthSettings.model_validate(
+                {
+                    "issuer_url": settings.oidc_issuer,
+                    "resource_server_url": settings.mcp_resource_url,
+                    "validate_token_resource": False,
+                }
+            ),
+        }
+    return {
+        "auth_server_provider": oauth,
+        "auth": AuthSettings.model_validate(
             {
                 # Strings, not AnyHttpUrl: the SDK keeps a path-less issuer without a trailing slash.
                 "issuer_url": settings.public_base_url,
@@ -31,6 +45,21 @@ def build_mcp_server(settings: Settings, oauth: DatabaseOAuthProvider, sessions:
                 "revocation_options": RevocationOptions(enabled=True),
             }
         ),
+    }
+
+
+def build_mcp_server(
+    settings: Settings,
+    oauth: DatabaseOAuthProvider,
+    sessions: SessionFactory,
+    external: ExternalTokenVerifier | None = None,
+) -> MCPServer:
+    server: MCPServer = MCPServer(
+        settings.mcp_server_name,
+        instructions=(
+            "Free and paid tools. A paid tool sends you to a payment page when you have no subscription."
+        ),
+        **_auth(settings, oauth, external),
         # Shared keys and a fixed audience let any replica open state another replica sealed.
         request_state_security=RequestStateSecurity(
             keys=settings.request_state_keys, audience=settings.mcp_server_name

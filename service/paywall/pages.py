@@ -56,7 +56,7 @@ async def _checked(
         )
         return pages.message(
             "This link is not for you",
-            f"This payment link was created for another account, and you are signed in as {user.username}. "
+            f"This payment link belongs to another account; you are signed in as {user.username}. "
             "Nothing was charged. If you did not expect this link, someone may be trying to trick you "
             "into paying.",
             status_code=403,
