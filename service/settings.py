@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.billing.plans import DEFAULT_PLANS_FILE
+from service.gateway.config import upstream_url_problem
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - the refused-outside-development default
 DEV_WEBHOOK_SECRET = "whsec_dev_sandbox_secret"  # noqa: S105
@@ -87,6 +88,12 @@ class Settings(BaseSettings):
     completion_bus: Literal["auto", "local"] = "auto"
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
 
+    # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
+    upstream_mcp_url: str | None = None
+    upstream_mcp_authorization: SecretStr | None = None  # sent upstream as `Authorization`
+    upstream_user_header_secret: SecretStr | None = None  # signs `X-Paid-MCP-User`, when set
+    upstream_timeout_seconds: float = Field(default=60.0, gt=0)
+
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)
@@ -116,6 +123,14 @@ class Settings(BaseSettings):
                 "MCP_JSON_RESPONSE=true removes the per-request stream that ELICITATION_STYLE=request needs; "
                 "use ELICITATION_STYLE=error with JSON responses"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _upstream_url_is_safe(self) -> Settings:
+        if self.upstream_mcp_url:
+            problem = upstream_url_problem(self.upstream_mcp_url, development=self.is_development)
+            if problem:
+                raise ConfigurationError(problem)
         return self
 
     @model_validator(mode="after")
