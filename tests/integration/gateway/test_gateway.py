@@ -6,6 +6,7 @@ what crossed the wire, not what our code meant to send.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -259,3 +260,20 @@ async def test_name_collision_with_a_local_tool_is_a_startup_error(
         with pytest.raises(ToolNameCollision, match="whoami"):
             async with app.router.lifespan_context(app):
                 pass
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_concurrent_calls_of_two_users_each_carry_their_own_user(
+    gateway: RunningService, mode: str
+) -> None:
+    tokens = {name: await user_token(gateway, name) for name in ("uma", "ulf")}
+    ids = {name: (await gateway.rows(User, username=name))[0].id for name in tokens}
+
+    async def call_as(name: str) -> list[str]:
+        async with probed_client(gateway.mcp_url, tokens[name], ClientProbe(), mode=mode) as client:
+            results = await asyncio.gather(*(client.call_tool("signed_user", {}) for _ in range(5)))
+        return [text_of(result) for result in results]
+
+    uma, ulf = await asyncio.gather(call_as("uma"), call_as("ulf"))
+    assert uma == [ids["uma"]] * 5
+    assert ulf == [ids["ulf"]] * 5
