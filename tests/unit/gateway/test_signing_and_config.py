@@ -53,7 +53,8 @@ def settings(**values: object) -> Settings:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:9000/mcp", "http://localhost:9000/mcp", "http://[::1]/mcp", "https://x.example/mcp"]
+    "url",
+    ["http://127.0.0.1:9000/mcp", "http://localhost:9000/mcp", "http://[::1]/mcp", "https://x.example/mcp"],
 )
 def test_development_accepts_https_and_loopback_http(url: str) -> None:
     assert settings(upstream_mcp_url=url).upstream_mcp_url == url
