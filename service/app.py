@@ -19,6 +19,7 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision
+from service.gateway.wiring import start_gateway
 from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
@@ -108,7 +109,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         every(settings.completion_sweep_seconds, notifier.sweep, name="completion-sweep")
     )
     toolset = load_tools(settings.tool_packages, catalog)
-    tool_index = PaidToolIndex(catalog, toolset.paid_tools)
+    upstream = await start_gateway(settings, stack, catalog)  # empty unless UPSTREAM_MCP_URL is set
+    tool_index = PaidToolIndex(catalog, {**toolset.paid_tools, **upstream.paid_tools})
     paywall = Paywall(
         GateSettings(
             public_base_url=settings.public_base_url,
@@ -137,6 +139,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         grace_seconds=settings.past_due_grace_seconds,
     )
     toolset.install(mcp, paywall)
+    await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
     return Runtime(
         settings=settings,

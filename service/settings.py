@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.billing.plans import DEFAULT_PLANS_FILE
+from service.gateway.config import upstream_url_problem
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - the refused-outside-development default
 DEV_WEBHOOK_SECRET = "whsec_dev_sandbox_secret"  # noqa: S105
@@ -92,6 +93,12 @@ class Settings(BaseSettings):
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(default=10_000, ge=0)
 
+    # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
+    upstream_mcp_url: str | None = None
+    upstream_mcp_authorization: SecretStr | None = None  # sent upstream as `Authorization`
+    upstream_user_header_secret: SecretStr | None = None  # signs `X-Paid-MCP-User`, when set
+    upstream_timeout_seconds: float = Field(default=60.0, gt=0)
+
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)
@@ -139,6 +146,14 @@ class Settings(BaseSettings):
 
             if problems := oidc_setting_problems(self):
                 raise ConfigurationError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _upstream_url_is_safe(self) -> Settings:
+        if self.upstream_mcp_url:
+            problem = upstream_url_problem(self.upstream_mcp_url, development=self.is_development)
+            if problem:
+                raise ConfigurationError(problem)
         return self
 
     @model_validator(mode="after")

@@ -1,0 +1,115 @@
+"""Upstream tools served as our own: same name, description, schemas and annotations.
+
+`MCPServer.add_tool` derives a tool's schemas from a Python signature, which an upstream tool does
+not have. The SDK's registry holds `mcp.server.mcpserver.tools.Tool` objects and the server lists
+and runs whatever is there (`tool.parameters`, `tool.output_schema`, `tool.run(arguments, ctx)`),
+so an `UpstreamTool` subclass carries the upstream's raw JSON schemas and replaces `run` with
+"paywall, then forward". Argument validation is left to the upstream, which owns the schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import cached_property
+from typing import Any
+
+import mcp_types as t
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import func_metadata
+from pydantic import Field
+
+from service.billing.plans import PlanCatalog
+from service.gateway.upstream import UpstreamClient
+from service.mcp_server.caller import current_caller
+from service.paywall.toolset import PaidTool, PaywallGate
+
+Forward = Callable[[dict[str, Any], Context], Awaitable[t.CallToolResult | t.InputRequiredResult]]
+
+
+class ToolNameCollision(Exception):
+    """An upstream tool has the name of one of our own tools; the message names them."""
+
+
+class UpstreamTool(Tool):
+    """A registry entry whose schemas come from the upstream's listing instead of a signature."""
+
+    upstream_output_schema: dict[str, Any] | None = None
+    forward: Forward = Field(exclude=True)
+
+    @cached_property
+    def output_schema(self) -> dict[str, Any] | None:
+        return self.upstream_output_schema
+
+    async def run(
+        self, arguments: dict[str, Any], context: Context[Any, Any], convert_result: bool = False
+    ) -> Any:
+        return await self.forward(arguments, context)
+
+
+def _no_parameters() -> None:
+    """Stands in for the function `Tool` expects; the arguments go upstream as given."""
+
+
+def paid_specs(upstream_tools: list[t.Tool], catalog: PlanCatalog) -> dict[str, PaidTool]:
+    """The upstream tools some plan lists in the plans file, as paid tools the paywall knows."""
+    specs: dict[str, PaidTool] = {}
+    for tool in upstream_tools:
+        plans = tuple(plan.id for plan in catalog.plans_unlocking(tool.name))
+        if plans:
+            specs[tool.name] = PaidTool(_no_parameters, tool.name, tool.description, tool.title, plans)
+    return specs
+
+
+def _forwarder(upstream: UpstreamClient, name: str, paid: PaidTool | None, gate: PaywallGate) -> Forward:
+    async def forward(arguments: dict[str, Any], ctx: Context) -> t.CallToolResult | t.InputRequiredResult:
+        if paid is not None:
+            refusal = await gate.guard(ctx, paid, arguments)
+            if refusal is not None:
+                return refusal
+        caller = current_caller()
+
+        async def relay(progress: float, total: float | None, message: str | None) -> None:
+            # A no-op when our caller sent no progress token; otherwise on our caller's token.
+            await ctx.report_progress(progress, total, message)
+
+        return await upstream.call_tool(caller.user_id, name, arguments, relay)
+
+    return forward
+
+
+async def install_upstream_tools(
+    server: MCPServer,
+    upstream: UpstreamClient,
+    upstream_tools: list[t.Tool],
+    paid: dict[str, PaidTool],
+    gate: PaywallGate,
+) -> None:
+    """Register every upstream tool; a name one of our tools already has is a start-up error."""
+    ours = {tool.name for tool in await server.list_tools()}
+    clashes = sorted(ours & {tool.name for tool in upstream_tools})
+    if clashes:
+        raise ToolNameCollision(
+            f"upstream MCP tools {clashes} have the names of this service's own tools; "
+            "rename them upstream or drop the local tool package that defines them"
+        )
+    metadata = func_metadata(_no_parameters, structured_output=False)
+    for tool in upstream_tools:
+        entry = UpstreamTool(
+            fn=_no_parameters,
+            name=tool.name,
+            title=tool.title,
+            description=tool.description or "",
+            parameters=tool.input_schema,
+            fn_metadata=metadata,
+            is_async=True,
+            annotations=tool.annotations,
+            icons=tool.icons,
+            meta=tool.meta,
+            upstream_output_schema=tool.output_schema,
+            forward=_forwarder(upstream, tool.name, paid.get(tool.name), gate),
+        )
+        # The SDK has no public way to add a prebuilt Tool after construction; its manager's
+        # registry is the one place list/call read from (pinned by tests/integration/gateway).
+        server._tool_manager._tools[tool.name] = entry

@@ -1,0 +1,68 @@
+"""Gateway mode in the lifespan: one call before the paywall is built, one after."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+import httpx2
+import mcp_types as t
+from mcp.server import MCPServer
+from pydantic import SecretStr
+
+from service.billing.plans import PlanCatalog
+from service.gateway.tools import install_upstream_tools, paid_specs
+from service.gateway.upstream import UpstreamClient, UpstreamConfig
+from service.paywall.toolset import PaidTool, PaywallGate
+from service.settings import Settings
+
+logger = logging.getLogger("service.gateway")
+
+
+@dataclass
+class Gateway:
+    """The upstream's tools, read once at start-up; empty when no upstream is configured."""
+
+    upstream: UpstreamClient | None = None
+    tools: list[t.Tool] = field(default_factory=list)
+    paid_tools: dict[str, PaidTool] = field(default_factory=dict)
+
+    async def install(self, server: MCPServer, gate: PaywallGate) -> None:
+        """Serve the upstream's tools on `server`; call after our own tools, before observability."""
+        if self.upstream is not None:
+            await install_upstream_tools(server, self.upstream, self.tools, self.paid_tools, gate)
+
+
+async def start_gateway(settings: Settings, stack: AsyncExitStack, catalog: PlanCatalog) -> Gateway:
+    """Connect to `UPSTREAM_MCP_URL` and read its tools, or raise `UpstreamUnavailable`.
+
+    Start-up fails rather than serving an empty or partial catalog: a paywall that silently lost
+    its upstream would list no tools and look healthy. Restart (or let the orchestrator restart)
+    once the upstream is up; after start-up, an unreachable upstream only fails the calls it
+    receives, and the tool list stays as read here until the next start.
+    """
+    if not settings.upstream_mcp_url:
+        return Gateway()
+    config = UpstreamConfig(
+        url=settings.upstream_mcp_url,
+        authorization=_secret(settings.upstream_mcp_authorization),
+        user_header_secret=_secret(settings.upstream_user_header_secret),
+        timeout_seconds=settings.upstream_timeout_seconds,
+    )
+    upstream = UpstreamClient(config, httpx2.AsyncHTTPTransport())
+    stack.push_async_callback(upstream.aclose)
+    tools = await upstream.list_tools()
+    paid = paid_specs(tools, catalog)
+    logger.info(
+        "gateway: %d upstream tools from %s (%d paid, protocol %s)",
+        len(tools),
+        config.url,
+        len(paid),
+        upstream.protocol_version,
+    )
+    return Gateway(upstream, tools, paid)
+
+
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None

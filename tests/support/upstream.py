@@ -1,0 +1,154 @@
+"""A vendor's existing MCP server, real and on loopback, for the gateway tests.
+
+It is a plain SDK `MCPServer` served by uvicorn, plus an ASGI recorder that keeps every request's
+headers and body, so tests can prove what reached the upstream (its own credential, the signed
+user header) and what never did (our users' bearer tokens). `UpstreamHost.running()` can be
+entered again on the same port to model a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+from mcp import MCPError
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import INVALID_PARAMS, ToolAnnotations
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.gateway.signing import verify_user_header
+from tests.support.servers import bound_socket, port_of, serve
+
+UPSTREAM_CREDENTIAL = "Bearer upstream-own-credential-123"
+USER_HEADER_SECRET = "shared-secret-between-gateway-and-vendor"
+
+
+class Report(BaseModel):
+    words: int
+    shout: str
+
+
+@dataclass
+class SeenRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Recorder:
+    requests: list[SeenRequest] = field(default_factory=list)
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            seen = SeenRequest(
+                scope["method"],
+                scope["path"],
+                {key.decode().lower(): value.decode() for key, value in scope["headers"]},
+                b"",
+            )
+            self.requests.append(seen)
+
+            async def receive_and_keep() -> Message:
+                message = await receive()
+                if message["type"] == "http.request":
+                    seen.body += message.get("body", b"")
+                return message
+
+            await app(scope, receive_and_keep, send)
+
+        return recorded
+
+    def tool_calls(self) -> list[SeenRequest]:
+        return [seen for seen in self.requests if b'"tools/call"' in seen.body]
+
+
+def build_upstream(release: anyio.Event) -> MCPServer:
+    server = MCPServer("vendor-upstream")
+
+    @server.tool(
+        title="Echo",
+        description="Echo the text back.",
+        annotations=ToolAnnotations(read_only_hint=True, title="Echo annotation"),
+    )
+    def echo(text: str) -> str:
+        return f"echo: {text}"
+
+    @server.tool(description="A premium report (sold by the gateway's plans).")
+    def premium_report(text: str) -> Report:
+        return Report(words=len(text.split()), shout=text.upper())
+
+    @server.tool(description="Counts to n, reporting progress at each step.")
+    async def count_slowly(n: int, ctx: Context) -> str:
+        for step in range(1, n + 1):
+            await ctx.report_progress(step, n, f"step {step}")
+        return f"counted to {n}"
+
+    @server.tool(description="Always fails as a tool.")
+    def explode() -> str:
+        raise ToolError("kaboom")
+
+    @server.tool(description="Always refuses with a JSON-RPC error.")
+    def refuse() -> str:
+        raise MCPError(code=INVALID_PARAMS, message="refused by the vendor")
+
+    @server.tool(description="Waits until the test releases it.")
+    async def hang() -> str:
+        await release.wait()
+        return "released"
+
+    @server.tool(description="Which user the gateway's signed header names.")
+    def signed_user(ctx: Context) -> str:
+        value = (ctx.headers or {}).get("x-paid-mcp-user")
+        if value is None:
+            return "no header"
+        return verify_user_header(USER_HEADER_SECRET, value)
+
+    return server
+
+
+@dataclass
+class UpstreamHost:
+    port: int
+    recorder: Recorder = field(default_factory=Recorder)
+    release: anyio.Event = field(default_factory=anyio.Event)
+    extra_tool: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[MCPServer]:
+        """Serve a fresh upstream on `port` (a server's session manager runs only once)."""
+        server = build_upstream(self.release)
+        if self.extra_tool is not None:
+            server.add_tool(lambda: "clash", name=self.extra_tool, description="Clashes with a local tool.")
+        app = server.streamable_http_app(
+            streamable_http_path="/mcp",
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        async with serve(self.recorder.wrap(app), bound_socket(self.port)):
+            yield server
+
+
+@asynccontextmanager
+async def upstream_host(**kwargs: object) -> AsyncIterator[UpstreamHost]:
+    sock = bound_socket()
+    port = port_of(sock)
+    sock.close()  # `running()` binds the port again, each time it starts
+    host = UpstreamHost(port, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield host
+    finally:
+        host.release.set()
