@@ -31,6 +31,8 @@ class ServiceMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._tool_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+        self._entitlement_children: dict[str, Histogram] = {}
         self.tool_calls = Counter(
             "mcp_tool_calls",
             "MCP tools/call requests by tool and outcome (ok, error, elicitation: a payment link was given).",
@@ -113,8 +115,16 @@ class ServiceMetrics:
                 self.tool_calls.labels(tool=name, outcome=outcome)
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
-        self.tool_calls.labels(tool=tool, outcome=outcome).inc()
-        self.tool_call_seconds.labels(tool=tool).observe(seconds)
+        # `labels()` costs a lock and a tuple build per call; on the hot path the children are kept.
+        children = self._tool_children.get((tool, outcome))
+        if children is None:
+            children = (
+                self.tool_calls.labels(tool=tool, outcome=outcome),
+                self.tool_call_seconds.labels(tool=tool),
+            )
+            self._tool_children[(tool, outcome)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     # -- paywall -------------------------------------------------------------------------------
 
@@ -131,7 +141,10 @@ class ServiceMetrics:
         self.checkouts_created.labels(plan=plan).inc()
 
     def entitlement_checked(self, source: str, seconds: float) -> None:
-        self.entitlement_check_seconds.labels(source=source).observe(seconds)
+        child = self._entitlement_children.get(source)
+        if child is None:
+            child = self._entitlement_children[source] = self.entitlement_check_seconds.labels(source=source)
+        child.observe(seconds)
 
     # -- webhooks ------------------------------------------------------------------------------
 
