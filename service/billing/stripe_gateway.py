@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import stripe
 
 from service.billing.plans import Plan, PlanCatalog
+from service.billing.stripe_fields import id_of
 
 
 class PriceNotFound(Exception):
@@ -192,7 +193,7 @@ class StripeGateway:
 
     async def latest_payment_reversal(self, subscription: stripe.Subscription) -> str | None:
         """'disputed' or 'refunded' when the payment for the current period was taken back."""
-        invoice_id = _id_or_none(subscription.latest_invoice)
+        invoice_id = id_of(subscription.latest_invoice)
         if invoice_id is None:
             return None
         return await self._reversal_of(await self._invoice_payments(invoice_id))
@@ -212,7 +213,7 @@ class StripeGateway:
         subscription, payments = await asyncio.gather(
             self.retrieve_subscription(subscription_id), self._invoice_payments(invoice_hint)
         )
-        if _id_or_none(subscription.latest_invoice) != invoice_hint:
+        if id_of(subscription.latest_invoice) != invoice_hint:
             return subscription, await self.latest_payment_reversal(subscription)
         return subscription, await self._reversal_of(payments)
 
@@ -255,10 +256,3 @@ class StripeGateway:
         )
         events = [event async for event in page.auto_paging_iter()]
         return sorted(events, key=lambda event: event.created)
-
-
-def _id_or_none(reference: str | stripe.StripeObject | None) -> str | None:
-    if reference is None or isinstance(reference, str):
-        return reference
-    identifier = getattr(reference, "id", None)
-    return identifier if isinstance(identifier, str) else None

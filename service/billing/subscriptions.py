@@ -16,6 +16,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.plans import PlanCatalog
+from service.billing.stripe_fields import field_of
 from service.db.metadata import utcnow
 
 ENTITLING_STATUSES = frozenset({"active", "trialing"})
@@ -38,30 +39,23 @@ class SubscriptionChange:
     state_changed: bool = True
 
 
-def _field(obj: Mapping[str, Any] | Any, name: str) -> Any:
-    try:
-        return obj[name]
-    except (KeyError, TypeError):
-        return None
-
-
 def _period_end(subscription: Mapping[str, Any]) -> datetime | None:
     # At the API version stripe-python 16 pins, billing periods live on subscription items.
-    items = _field(_field(subscription, "items"), "data") or []
-    ends = [_field(item, "current_period_end") for item in items]
+    items = field_of(field_of(subscription, "items"), "data") or []
+    ends = [field_of(item, "current_period_end") for item in items]
     ends = [end for end in ends if isinstance(end, int)]
-    legacy_end = _field(subscription, "current_period_end")
+    legacy_end = field_of(subscription, "current_period_end")
     if not ends and isinstance(legacy_end, int):
         ends = [legacy_end]
     return datetime.fromtimestamp(max(ends), UTC) if ends else None
 
 
 def plan_of(subscription: Mapping[str, Any], catalog: PlanCatalog) -> str | None:
-    for item in _field(_field(subscription, "items"), "data") or []:
-        plan = catalog.by_lookup_key(_field(_field(item, "price"), "lookup_key"))
+    for item in field_of(field_of(subscription, "items"), "data") or []:
+        plan = catalog.by_lookup_key(field_of(field_of(item, "price"), "lookup_key"))
         if plan is not None:
             return plan.id
-    metadata_plan = _field(_field(subscription, "metadata"), "plan_id")
+    metadata_plan = field_of(field_of(subscription, "metadata"), "plan_id")
     return metadata_plan if isinstance(metadata_plan, str) and catalog.get(metadata_plan) else None
 
 
@@ -84,10 +78,10 @@ async def apply_subscription(
     already know), so the read wins, except that nothing revives a subscription that reached a
     terminal status. `observed_at` records the newest event time that led to a read.
     """
-    subscription_id = _field(subscription, "id")
-    customer_id = _field(subscription, "customer")
-    customer_id = _field(customer_id, "id") or customer_id
-    status = _field(subscription, "status")
+    subscription_id = field_of(subscription, "id")
+    customer_id = field_of(subscription, "customer")
+    customer_id = field_of(customer_id, "id") or customer_id
+    status = field_of(subscription, "status")
     if (
         not isinstance(subscription_id, str)
         or not isinstance(customer_id, str)
@@ -97,7 +91,7 @@ async def apply_subscription(
     user_id = await user_for_customer(session, customer_id)
     if user_id is None:
         raise SubscriptionRejected(f"customer {customer_id} is not bound to a user")
-    claimed = _field(_field(subscription, "metadata"), "user_id")
+    claimed = field_of(field_of(subscription, "metadata"), "user_id")
     if claimed and claimed != user_id:
         raise SubscriptionRejected(f"subscription metadata names {claimed}, customer belongs to {user_id}")
     plan_id = plan_of(subscription, catalog)
@@ -120,7 +114,7 @@ async def apply_subscription(
     elif status != "past_due":
         row.past_due_since = None
     row.status = status
-    row.cancel_at_period_end = bool(_field(subscription, "cancel_at_period_end"))
+    row.cancel_at_period_end = bool(field_of(subscription, "cancel_at_period_end"))
     row.current_period_end = _period_end(subscription)
     row.stripe_updated = max(row.stripe_updated, observed_at)
     state_changed = before != _entitlement_state(row)

@@ -17,6 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.audit.service import AuditKind, record
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.plans import PlanCatalog
+from service.billing.stripe_fields import field_of, id_of
 from service.billing.subscriptions import (
     ENTITLING_STATUSES,
     SubscriptionChange,
@@ -58,22 +59,6 @@ class Outcome:
     detail: str | None = None
     changes: list[EntitlementChanged] = field(default_factory=list)
     status_changed: bool = False
-
-
-def field_of(obj: Any, name: str) -> Any:
-    """A field of a Stripe object or plain dict; None when absent."""
-    try:
-        return obj[name]
-    except (KeyError, TypeError):
-        return None
-
-
-def id_of(value: Any) -> str | None:
-    """An object's id whether Stripe sent the id or the expanded object."""
-    if isinstance(value, str):
-        return value
-    nested = field_of(value, "id")
-    return nested if isinstance(nested, str) else None
 
 
 def subscription_of_invoice(invoice: Any) -> str | None:

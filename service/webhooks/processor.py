@@ -14,6 +14,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
 from service.billing.models import StripeEvent
+from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
@@ -24,8 +25,6 @@ from service.webhooks.applier import (
     FreshSubscription,
     Outcome,
     StripeStateApplier,
-    field_of,
-    id_of,
     subscription_of_invoice,
 )
 

@@ -20,11 +20,12 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.leases import release, try_acquire
 from service.billing.models import StripeCustomer
+from service.billing.stripe_fields import id_of
 from service.billing.stripe_gateway import StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
 from service.paywall.bus import CompletionBus
-from service.webhooks.applier import EventIgnored, FreshSubscription, Outcome, StripeStateApplier, id_of
+from service.webhooks.applier import EventIgnored, FreshSubscription, Outcome, StripeStateApplier
 
 logger = logging.getLogger(__name__)
 
