@@ -8,12 +8,18 @@ customer or checkout session.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
 
 import stripe
 
 from service.billing.plans import Plan, PlanCatalog
-from service.billing.stripe_fields import id_of
+from service.billing.stripe_fields import field_of, id_of
+
+# A Stripe object as JSON (a dict), or a stripe-python object (also a Mapping) where one is at hand.
+StripeData = Mapping[str, Any] | stripe.StripeObject
 
 
 class PriceNotFound(Exception):
@@ -161,8 +167,20 @@ class StripeGateway:
     async def retrieve_checkout_session(self, session_id: str) -> stripe.checkout.Session:
         return await self._client.v1.checkout.sessions.retrieve_async(session_id)
 
-    async def retrieve_subscription(self, subscription_id: str) -> stripe.Subscription:
-        return await self._client.v1.subscriptions.retrieve_async(subscription_id)
+    async def retrieve_subscription(self, subscription_id: str) -> StripeData:
+        """The subscription as Stripe's JSON: the webhook path reads only a few fields of it."""
+        return await self._read(f"/v1/subscriptions/{quote(subscription_id, safe='')}")
+
+    async def _read(self, path: str, **params: Any) -> StripeData:
+        """A GET through stripe-python (auth, retries, errors as `StripeError`), answered as plain JSON.
+
+        Building stripe-python's objects from a response costs about 1 ms of CPU per read
+        (measured against the sandbox: 2.6 ms with objects, 1.5 ms raw, client and server), and
+        every webhook makes one to three reads that are only looked at through `field_of`.
+        """
+        response = await self._client.raw_request_async("get", path, **params)
+        data: StripeData = response.data
+        return data
 
     async def create_portal_session(self, customer_id: str, return_url: str) -> str:
         portal = await self._client.v1.billing_portal.sessions.create_async(
@@ -191,16 +209,16 @@ class StripeGateway:
         assert invoice.id is not None
         return PaymentTarget(subscription_id=subscription_id, invoice_id=invoice.id)
 
-    async def latest_payment_reversal(self, subscription: stripe.Subscription) -> str | None:
+    async def latest_payment_reversal(self, subscription: StripeData) -> str | None:
         """'disputed' or 'refunded' when the payment for the current period was taken back."""
-        invoice_id = id_of(subscription.latest_invoice)
+        invoice_id = id_of(field_of(subscription, "latest_invoice"))
         if invoice_id is None:
             return None
         return await self._reversal_of(await self._invoice_payments(invoice_id))
 
     async def subscription_with_reversal(
         self, subscription_id: str, invoice_hint: str | None
-    ) -> tuple[stripe.Subscription, str | None]:
+    ) -> tuple[StripeData, str | None]:
         """The subscription and `latest_payment_reversal`, in two round trips instead of three.
 
         `invoice_hint` is the invoice a Checkout Session just paid: usually the subscription's
@@ -213,27 +231,24 @@ class StripeGateway:
         subscription, payments = await asyncio.gather(
             self.retrieve_subscription(subscription_id), self._invoice_payments(invoice_hint)
         )
-        if id_of(subscription.latest_invoice) != invoice_hint:
+        if id_of(field_of(subscription, "latest_invoice")) != invoice_hint:
             return subscription, await self.latest_payment_reversal(subscription)
         return subscription, await self._reversal_of(payments)
 
-    async def _invoice_payments(self, invoice_id: str) -> list[stripe.InvoicePayment]:
-        payments = await self._client.v1.invoice_payments.list_async(
-            params={"invoice": invoice_id, "limit": 10}
-        )
-        return list(payments.data)
+    async def _invoice_payments(self, invoice_id: str) -> list[StripeData]:
+        page = await self._read("/v1/invoice_payments", invoice=invoice_id, limit=10)
+        return list(field_of(page, "data") or [])
 
-    async def _reversal_of(self, payments: list[stripe.InvoicePayment]) -> str | None:
+    async def _reversal_of(self, payments: list[StripeData]) -> str | None:
         for payment in payments:
-            payment_intent = payment.payment.payment_intent if payment.payment else None
-            if payment_intent is None:
+            payment_intent_id = id_of(field_of(field_of(payment, "payment"), "payment_intent"))
+            if payment_intent_id is None:
                 continue
-            payment_intent_id = payment_intent if isinstance(payment_intent, str) else payment_intent.id
-            charges = await self._client.v1.charges.list_async(params={"payment_intent": payment_intent_id})
-            for charge in charges.data:
-                if charge.disputed:
+            charges = await self._read("/v1/charges", payment_intent=payment_intent_id)
+            for charge in field_of(charges, "data") or []:
+                if field_of(charge, "disputed"):
                     return "disputed"
-                if charge.refunded:
+                if field_of(charge, "refunded"):
                     return "refunded"
         return None
 

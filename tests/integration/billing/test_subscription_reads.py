@@ -21,7 +21,7 @@ async def test_a_refund_of_the_hinted_invoice_is_seen(service: RunningService) -
     charges = await service.stripe.v1.charges.list_async(params={"customer": subscriber.customer_id})
     await service.stripe.v1.refunds.create_async(params={"charge": charges.data[0].id})
     subscription, after = await gateway.subscription_with_reversal(subscriber.subscription_id, invoice)
-    assert subscription.id == subscriber.subscription_id
+    assert subscription["id"] == subscriber.subscription_id
     assert after == "refunded"
 
 
@@ -33,6 +33,6 @@ async def test_a_stale_hint_falls_back_to_the_latest_invoice(service: RunningSer
     await advance(service, 31 * DAY)  # a renewal pays a new invoice; the refunded one is history
     gateway = service.runtime.stripe
     subscription, reversal = await gateway.subscription_with_reversal(subscriber.subscription_id, first)
-    assert subscription.latest_invoice != first
+    assert subscription["latest_invoice"] != first
     assert reversal is None, "the current period's payment stands; the old refund must not count"
     assert reversal == await gateway.latest_payment_reversal(subscription)
