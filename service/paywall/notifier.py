@@ -25,6 +25,9 @@ from service.paywall.models import Elicitation, ElicitationDelivery
 logger = logging.getLogger(__name__)
 
 PRUNE_ABOVE = 1024
+# A notice goes into the session's stream buffer at once unless its client stopped reading; then
+# give up on that session rather than hold every other session's notice behind it.
+SEND_TIMEOUT_SECONDS = 5.0
 
 
 class CompletionChannel(Protocol):
@@ -37,9 +40,12 @@ class SessionNotifier:
     After that its elicitations have expired, so nothing more can be owed to it.
     """
 
-    def __init__(self, sessions: SessionFactory, *, hold_for: float) -> None:
+    def __init__(
+        self, sessions: SessionFactory, *, hold_for: float, send_timeout: float = SEND_TIMEOUT_SECONDS
+    ) -> None:
         self._sessions = sessions
         self._hold_for = hold_for
+        self._send_timeout = send_timeout
         self._held: dict[str, tuple[float, CompletionChannel]] = {}
         self._sending = asyncio.Lock()
 
@@ -80,9 +86,13 @@ class SessionNotifier:
                 if held is None:
                     continue
                 try:
-                    await held[1].send_elicit_complete(delivery.elicitation_id)
-                except Exception:  # a client that is gone is not an error; its retry works
-                    logger.info("session %s… is gone; completion not delivered", delivery.mcp_session_id[:8])
+                    async with asyncio.timeout(self._send_timeout):
+                        await held[1].send_elicit_complete(delivery.elicitation_id)
+                except Exception:  # a client that is gone or stuck is not an error; its retry works
+                    logger.info(
+                        "session %s… is gone or not reading; completion not delivered",
+                        delivery.mcp_session_id[:8],
+                    )
                     self.release(delivery.mcp_session_id)
                     continue
                 delivery.delivered_at = utcnow()
