@@ -49,6 +49,19 @@ def _client_id(claims: dict[str, Any]) -> str:
     return "external"
 
 
+def _external_token(issuer: str, claims: dict[str, Any]) -> ExternalToken:
+    """The facts we act on, from claims already checked (a verified JWT or an introspection answer)."""
+    exp = claims.get("exp")
+    return ExternalToken(
+        issuer=issuer,
+        subject=str(claims["sub"]),
+        client_id=_client_id(claims),
+        scopes=_scopes(claims),
+        expires_at=int(exp) if isinstance(exp, int | float) else None,
+        claims=claims,
+    )
+
+
 class JwtAccessTokens:
     """Signature (issuer's JWKS), `iss`, `aud`, `exp`/`nbf` with a small leeway, and a `sub`."""
 
@@ -80,16 +93,7 @@ class JwtAccessTokens:
             self._claims.validate(decoded.claims)
         except (JoseError, ValueError):
             return None
-        claims = decoded.claims
-        exp = claims.get("exp")
-        return ExternalToken(
-            issuer=self._issuer,
-            subject=str(claims["sub"]),
-            client_id=_client_id(claims),
-            scopes=_scopes(claims),
-            expires_at=int(exp) if isinstance(exp, int | float) else None,
-            claims=claims,
-        )
+        return _external_token(self._issuer, decoded.claims)
 
 
 class IntrospectedTokens:
@@ -137,12 +141,4 @@ class IntrospectedTokens:
         issuer = answer.get("iss", self._issuer)
         if issuer != self._issuer:
             return None
-        exp = answer["exp"]
-        return ExternalToken(
-            issuer=self._issuer,
-            subject=str(answer["sub"]),
-            client_id=_client_id(answer),
-            scopes=_scopes(answer),
-            expires_at=int(exp) if isinstance(exp, int | float) else None,
-            claims=answer,
-        )
+        return _external_token(self._issuer, answer)
