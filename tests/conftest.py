@@ -18,6 +18,14 @@ def db_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseT
     templates.close()
 
 
+@pytest.fixture(scope="session")
+def pg_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseTemplates]:
+    """PostgreSQL whatever TEST_DATABASE says, for what only happens with concurrent writers."""
+    templates = DatabaseTemplates("postgres", tmp_path_factory.mktemp("pg-template"))
+    yield templates
+    templates.close()
+
+
 @pytest.fixture
 def database_url(db_templates: DatabaseTemplates, tmp_path: Path) -> str:
     return db_templates.fresh_url(tmp_path)

@@ -38,6 +38,10 @@ INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
 CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
 
 
+class DuplicateEvent(Exception):
+    """The event id is already stored: this delivery was applied before, or is being applied now."""
+
+
 class WebhookProcessor:
     def __init__(
         self,
@@ -54,30 +58,51 @@ class WebhookProcessor:
     async def process(self, event: stripe.Event) -> Outcome:
         prefetched = await self._prefetch(event)
         try:
-            async with self._sessions() as session, session.begin():
-                stored = StripeEvent(
-                    id=event.id,
-                    type=event.type,
-                    created=event.created,
-                    livemode=event.livemode,
-                    outcome="applied",
-                )
-                session.add(stored)
-                # Claims the id: a duplicate (delivered before, or concurrently) fails here or at commit.
-                await session.flush()
-                outcome = await self._apply(session, event, prefetched)
-                stored.outcome, stored.detail = outcome.status, outcome.detail
-                session.add(stored)
-                await record(
-                    session,
-                    AuditKind.WEBHOOK_ACCEPTED,
-                    event_id=event.id,
-                    type=event.type,
-                    outcome=outcome.status,
-                )
-        except IntegrityError:
+            outcome = await self._store_and_apply(event, prefetched)
+        except DuplicateEvent:
             return Outcome(status="duplicate")
+        except IntegrityError:
+            # Another delivery (another event, maybe on another replica) inserted a row this one
+            # inserts too, such as a subscription new to us, and committed first. Its row is visible
+            # now, so one more go updates it instead; the event was not stored, so nothing is lost.
+            logger.info("stripe event %s raced another delivery; applying it again", event.id)
+            try:
+                outcome = await self._store_and_apply(event, prefetched)
+            except DuplicateEvent:
+                return Outcome(status="duplicate")
         await self.announce(outcome)
+        return outcome
+
+    async def _store_and_apply(self, event: stripe.Event, prefetched: FreshSubscription | None) -> Outcome:
+        """One transaction: claim the event id, apply it, record the outcome.
+
+        Only a conflict on the event id itself means "duplicate"; any other integrity error
+        propagates, rolls everything back and must not be answered with a 2xx.
+        """
+        async with self._sessions() as session, session.begin():
+            stored = StripeEvent(
+                id=event.id,
+                type=event.type,
+                created=event.created,
+                livemode=event.livemode,
+                outcome="applied",
+            )
+            session.add(stored)
+            try:
+                # Claims the id: a duplicate (delivered before, or concurrently) fails here.
+                await session.flush()
+            except IntegrityError as exc:
+                raise DuplicateEvent(event.id) from exc
+            outcome = await self._apply(session, event, prefetched)
+            stored.outcome, stored.detail = outcome.status, outcome.detail
+            session.add(stored)
+            await record(
+                session,
+                AuditKind.WEBHOOK_ACCEPTED,
+                event_id=event.id,
+                type=event.type,
+                outcome=outcome.status,
+            )
         return outcome
 
     async def announce(self, outcome: Outcome) -> None:

@@ -20,13 +20,6 @@ STRIPE_KEY = "sk_test_replicas"
 WEBHOOK_SECRET = "whsec_replicas"
 
 
-@pytest.fixture(scope="session")
-def pg_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseTemplates]:
-    templates = DatabaseTemplates("postgres", tmp_path_factory.mktemp("pg-template"))
-    yield templates
-    templates.close()
-
-
 @dataclass
 class Cluster:
     a: Replica
