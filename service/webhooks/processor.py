@@ -7,17 +7,23 @@ the transaction commits. A failure rolls everything back and answers non-2xx, so
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import stripe
+from sqlalchemy import update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
+from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
 from service.billing.models import StripeEvent
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeGateway
-from service.billing.subscriptions import SubscriptionRejected
+from service.billing.subscriptions import SubscriptionRejected, customer_of, lock_for_apply
 from service.db.engine import SessionFactory
+from service.db.metadata import utcnow
 from service.paywall.bus import CompletionBus
 from service.webhooks.applier import (
     KEEP,
@@ -27,6 +33,7 @@ from service.webhooks.applier import (
     StripeStateApplier,
     subscription_of_invoice,
 )
+from service.webhooks.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +43,43 @@ SUBSCRIPTION_EVENTS = frozenset(
 )
 INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
 CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
+
+
+Prefetched = tuple[stripe.Event, FreshSubscription | None]
+
+
+def _lock_key(fresh: FreshSubscription | None) -> str:
+    subscription_id = field_of(fresh.subscription, "id") if fresh is not None else None
+    return subscription_id if isinstance(subscription_id, str) else ""
+
+
+async def claim_event_ids(session: AsyncSession, events: Sequence[stripe.Event]) -> set[str]:
+    """Insert the events' rows, skipping ids already stored; the ids this transaction claimed.
+
+    A concurrent transaction inserting the same id makes this one wait for its outcome, so an
+    id is never claimed twice.
+    """
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    received_at = utcnow()
+    statement = (
+        insert(StripeEvent)
+        .values(
+            [
+                {
+                    "id": event.id,
+                    "type": event.type,
+                    "created": event.created,
+                    "livemode": event.livemode,
+                    "outcome": "applied",
+                    "received_at": received_at,
+                }
+                for event in events
+            ]
+        )
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(col(StripeEvent.id))
+    )
+    return set((await session.exec(statement)).scalars())
 
 
 class DuplicateEvent(Exception):
@@ -54,11 +98,35 @@ class WebhookProcessor:
         self._gateway = gateway
         self._applier = applier
         self._bus = bus
+        self._commits: GroupCommit[Prefetched, Outcome] = GroupCommit(self._commit_batch)
 
     async def process(self, event: stripe.Event) -> Outcome:
-        prefetched = await self._prefetch(event)
+        with self._commits.coming():
+            prefetched = await self._prefetch(event)
+        outcome = await self._commits.submit((event, prefetched))
+        await self.announce(outcome)
+        return outcome
+
+    async def _commit_batch(self, batch: Sequence[Prefetched]) -> list[Outcome | Exception]:
+        if len(batch) > 1:
+            try:
+                return list(await self._store_and_apply_many(batch))
+            except Exception:
+                # Which event failed is unknown: each alone, so only that one answers non-2xx.
+                logger.info("a batch of %d stripe events failed together; applying each alone", len(batch))
+        results: list[Outcome | Exception] = []
+        for event, prefetched in batch:
+            try:
+                results.append(await self._store_and_apply_retrying(event, prefetched))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    async def _store_and_apply_retrying(
+        self, event: stripe.Event, prefetched: FreshSubscription | None
+    ) -> Outcome:
         try:
-            outcome = await self._store_and_apply(event, prefetched)
+            return await self._store_and_apply(event, prefetched)
         except DuplicateEvent:
             return Outcome(status="duplicate")
         except IntegrityError:
@@ -66,12 +134,10 @@ class WebhookProcessor:
             # inserts too, such as a subscription new to us, and committed first. Its row is visible
             # now, so one more go updates it instead; the event was not stored, so nothing is lost.
             logger.info("stripe event %s raced another delivery; applying it again", event.id)
-            try:
-                outcome = await self._store_and_apply(event, prefetched)
-            except DuplicateEvent:
-                return Outcome(status="duplicate")
-        await self.announce(outcome)
-        return outcome
+        try:
+            return await self._store_and_apply(event, prefetched)
+        except DuplicateEvent:
+            return Outcome(status="duplicate")
 
     async def _store_and_apply(self, event: stripe.Event, prefetched: FreshSubscription | None) -> Outcome:
         """One transaction: claim the event id, apply it, record the outcome.
@@ -96,14 +162,53 @@ class WebhookProcessor:
             outcome = await self._apply(session, event, prefetched)
             stored.outcome, stored.detail = outcome.status, outcome.detail
             session.add(stored)
-            await record(
-                session,
-                AuditKind.WEBHOOK_ACCEPTED,
-                event_id=event.id,
-                type=event.type,
-                outcome=outcome.status,
-            )
+            await self._audit(session, event, outcome)
         return outcome
+
+    async def _store_and_apply_many(self, batch: Sequence[Prefetched]) -> list[Outcome]:
+        """The batch in one transaction: every event id claimed by one INSERT, then each applied.
+
+        Events apply in the order of the subscription they lock, so two replicas' batches lock
+        rows in the same order and cannot deadlock each other.
+        """
+        first_of: dict[str, int] = {}
+        for index, (event, _) in enumerate(batch):
+            first_of.setdefault(event.id, index)
+        outcomes = [Outcome(status="duplicate") for _ in batch]
+        async with self._sessions() as session, session.begin():
+            claimed = await claim_event_ids(session, [batch[index][0] for index in sorted(first_of.values())])
+            subscriptions = [fresh.subscription for _, fresh in batch if fresh is not None]
+            await lock_for_apply(
+                session,
+                (_lock_key(fresh) for _, fresh in batch if fresh is not None),
+                (customer for customer in map(customer_of, subscriptions) if customer is not None),
+            )
+            order = sorted(
+                (index for event_id, index in first_of.items() if event_id in claimed),
+                key=lambda index: (_lock_key(batch[index][1]), index),
+            )
+            for index in order:
+                event, prefetched = batch[index]
+                outcome = await self._apply(session, event, prefetched)
+                if outcome.status != "applied" or outcome.detail is not None:
+                    await session.exec(
+                        update(StripeEvent)
+                        .where(col(StripeEvent.id) == event.id)
+                        .values(outcome=outcome.status, detail=outcome.detail)
+                    )
+                await self._audit(session, event, outcome)
+                outcomes[index] = outcome
+        return outcomes
+
+    @staticmethod
+    async def _audit(session: AsyncSession, event: stripe.Event, outcome: Outcome) -> None:
+        await record(
+            session,
+            AuditKind.WEBHOOK_ACCEPTED,
+            event_id=event.id,
+            type=event.type,
+            outcome=outcome.status,
+        )
 
     async def announce(self, outcome: Outcome) -> None:
         for change in outcome.changes:
