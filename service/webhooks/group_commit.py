@@ -39,6 +39,11 @@ class GroupCommit(Generic[Item, Result]):
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._drainer: asyncio.Task[None] | None = None
 
+    @property
+    def queued(self) -> int:
+        """Items submitted and not yet taken into a batch."""
+        return len(self._waiting)
+
     @contextmanager
     def coming(self) -> Iterator[None]:
         """Around the preparation of an item that will be submitted (or given up) right after."""

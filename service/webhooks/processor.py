@@ -100,6 +100,11 @@ class WebhookProcessor:
         self._bus = bus
         self._commits: GroupCommit[Prefetched, Outcome] = GroupCommit(self._commit_batch)
 
+    @property
+    def queued_events(self) -> int:
+        """Verified events read back from Stripe and waiting for the next transaction."""
+        return self._commits.queued
+
     async def process(self, event: stripe.Event) -> Outcome:
         with self._commits.coming():
             prefetched = await self._prefetch(event)
