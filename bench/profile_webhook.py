@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import json
 import pstats
 import tempfile
 import time
