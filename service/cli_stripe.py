@@ -20,6 +20,7 @@ from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.tool_packages import ToolPackageError, load_tools
+from service.webhooks.events import StripeEventData
 from service.webhooks.wiring import StripeSync, build_stripe_sync
 
 
@@ -103,7 +104,7 @@ async def replay_events(settings: Settings, since: datetime) -> int:
     counts: dict[str, int] = {}
     async with stripe_context(settings) as context:
         for event in await context.gateway.events_since(int(since.timestamp())):
-            outcome = await context.sync.processor.process(event)
+            outcome = await context.sync.processor.process(StripeEventData.from_stripe(event))
             counts[outcome.status] = counts.get(outcome.status, 0) + 1
     print(", ".join(f"{status}: {count}" for status, count in sorted(counts.items())) or "no events")
     return 0

@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import time
 
-import stripe
-
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
 from service.webhooks.applier import Outcome
+from service.webhooks.events import StripeEventData
 
 logger = logging.getLogger("service.webhooks")
 
 
-def webhook_processed(metrics: ServiceMetrics, event: stripe.Event, outcome: Outcome, started: float) -> None:
+def webhook_processed(
+    metrics: ServiceMetrics, event: StripeEventData, outcome: Outcome, started: float
+) -> None:
     """Count the event; if it completed elicitations, observe receipt-to-announcement latency.
 
     `started` is `time.perf_counter()` at receipt. By the time `process` returns, the completion

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import stripe
 from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -33,6 +32,7 @@ from service.webhooks.applier import (
     StripeStateApplier,
     subscription_of_invoice,
 )
+from service.webhooks.events import StripeEventData
 from service.webhooks.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
 CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
 
 
-Prefetched = tuple[stripe.Event, FreshSubscription | None]
+Prefetched = tuple[StripeEventData, FreshSubscription | None]
 
 
 def _lock_key(fresh: FreshSubscription | None) -> str:
@@ -53,7 +53,7 @@ def _lock_key(fresh: FreshSubscription | None) -> str:
     return subscription_id if isinstance(subscription_id, str) else ""
 
 
-async def claim_event_ids(session: AsyncSession, events: Sequence[stripe.Event]) -> set[str]:
+async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventData]) -> set[str]:
     """Insert the events' rows, skipping ids already stored; the ids this transaction claimed.
 
     A concurrent transaction inserting the same id makes this one wait for its outcome, so an
@@ -105,7 +105,7 @@ class WebhookProcessor:
         """Verified events read back from Stripe and waiting for the next transaction."""
         return self._commits.queued
 
-    async def process(self, event: stripe.Event) -> Outcome:
+    async def process(self, event: StripeEventData) -> Outcome:
         with self._commits.coming():
             prefetched = await self._prefetch(event)
         outcome = await self._commits.submit((event, prefetched))
@@ -128,7 +128,7 @@ class WebhookProcessor:
         return results
 
     async def _store_and_apply_retrying(
-        self, event: stripe.Event, prefetched: FreshSubscription | None
+        self, event: StripeEventData, prefetched: FreshSubscription | None
     ) -> Outcome:
         try:
             return await self._store_and_apply(event, prefetched)
@@ -144,7 +144,7 @@ class WebhookProcessor:
         except DuplicateEvent:
             return Outcome(status="duplicate")
 
-    async def _store_and_apply(self, event: stripe.Event, prefetched: FreshSubscription | None) -> Outcome:
+    async def _store_and_apply(self, event: StripeEventData, prefetched: FreshSubscription | None) -> Outcome:
         """One transaction: claim the event id, apply it, record the outcome.
 
         Only a conflict on the event id itself means "duplicate"; any other integrity error
@@ -206,7 +206,7 @@ class WebhookProcessor:
         return outcomes
 
     @staticmethod
-    async def _audit(session: AsyncSession, event: stripe.Event, outcome: Outcome) -> None:
+    async def _audit(session: AsyncSession, event: StripeEventData, outcome: Outcome) -> None:
         await record(
             session,
             AuditKind.WEBHOOK_ACCEPTED,
@@ -219,14 +219,14 @@ class WebhookProcessor:
         for change in outcome.changes:
             await self._bus.publish(change)
 
-    async def _prefetch(self, event: stripe.Event) -> FreshSubscription | None:
+    async def _prefetch(self, event: StripeEventData) -> FreshSubscription | None:
         """Network reads happen before the transaction opens, never while it holds locks.
 
         Every event about a subscription re-reads it, and whether its current payment was refunded
         or disputed, from Stripe: the result never depends on the order events arrive in, and an
         event's own snapshot (possibly older than what we know) is never applied.
         """
-        obj = event.data.object
+        obj = event.object
         subscription_id: str | None = None
         if event.type in CHECKOUT_COMPLETED:
             subscription_id = id_of(field_of(obj, "subscription"))
@@ -252,9 +252,9 @@ class WebhookProcessor:
         return FreshSubscription(subscription, await self._gateway.latest_payment_reversal(subscription))
 
     async def _apply(
-        self, session: AsyncSession, event: stripe.Event, fresh: FreshSubscription | None
+        self, session: AsyncSession, event: StripeEventData, fresh: FreshSubscription | None
     ) -> Outcome:
-        obj, applier, source = event.data.object, self._applier, f"event {event.id}"
+        obj, applier, source = event.object, self._applier, f"event {event.id}"
         try:
             if event.type in CHECKOUT_COMPLETED:
                 return await applier.checkout_completed(

@@ -88,6 +88,27 @@ async def test_malformed_json_with_a_valid_signature_is_refused(service: Running
     assert "not valid JSON" in answer["detail"]
 
 
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"type": "invoice.paid", "created": 1, "data": {"object": {}}}', "no id"),
+        (b'{"id": "evt_n", "created": 1, "data": {"object": {}}}', "no type"),
+        (b'{"id": "evt_n", "type": "invoice.paid", "created": "soon", "data": {"object": {}}}', "no created"),
+        (b'{"id": "evt_n", "type": "invoice.paid", "created": 1, "data": {}}', "no data.object"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+    ids=["array", "no-id", "no-type", "bad-created", "no-object", "not-utf8"],
+)
+async def test_signed_json_that_is_not_an_event_is_refused_and_not_stored(
+    service: RunningService, body: bytes, why: str
+) -> None:
+    status, answer = await post_webhook(service, body, signed(service, body))
+    assert status == 400
+    assert why in answer["detail"]
+    assert await service.rows(StripeEvent) == []
+
+
 async def test_replayed_event_is_applied_once(service: RunningService) -> None:
     body = event_body("evt_replayed", "invoice.created", {"id": "in_1", "object": "invoice"})
     signature = signed(service, body)
