@@ -197,6 +197,18 @@ async def main(events: int, concurrency: int, top: int) -> None:
     if top <= 0:
         return
     stats = pstats.Stats(profiler)
+    by_package: dict[str, float] = {}
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for (filename, _, _), (_, _, tottime, _, _) in raw.items():
+        package = filename.split("site-packages/")[-1].split("/")[0] if "site-packages" in filename else filename
+        if "/work/main/" in package:
+            package = "/".join(package.split("/work/main/")[-1].split("/")[:2])
+        elif "python3.11/" in package:
+            package = "stdlib " + package.split("python3.11/")[-1].split("/")[0]
+        by_package[package] = by_package.get(package, 0.0) + tottime
+    total = sum(by_package.values())
+    for package, seconds in sorted(by_package.items(), key=lambda item: -item[1])[:25]:
+        print(f"{100 * seconds / total:5.1f}%  {seconds / events * 1e3:6.3f} ms/event  {package}")
     stats.sort_stats("cumulative").print_stats(top)
     stats.sort_stats("tottime").print_stats(top)
 

@@ -33,6 +33,7 @@ from service.webhooks.applier import (
     subscription_of_invoice,
 )
 from service.webhooks.events import StripeEventData
+from service.webhooks.fresh_reads import CoalescedReads
 from service.webhooks.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class WebhookProcessor:
         self._gateway = gateway
         self._applier = applier
         self._bus = bus
+        self._subscription_reads = CoalescedReads(gateway.retrieve_subscription)
         self._commits: GroupCommit[Prefetched, Outcome] = GroupCommit(self._commit_batch)
 
     @property
@@ -224,7 +226,8 @@ class WebhookProcessor:
 
         Every event about a subscription re-reads it, and whether its current payment was refunded
         or disputed, from Stripe: the result never depends on the order events arrive in, and an
-        event's own snapshot (possibly older than what we know) is never applied.
+        event's own snapshot (possibly older than what we know) is never applied. Events about one
+        subscription share a read that started after they all arrived (`CoalescedReads`).
         """
         obj = event.object
         subscription_id: str | None = None
@@ -240,7 +243,7 @@ class WebhookProcessor:
             subscription_id = id_of(field_of(obj, "id"))
             if subscription_id is not None:
                 # A subscription's own event changes nothing about its payments.
-                return FreshSubscription(await self._gateway.retrieve_subscription(subscription_id), KEEP)
+                return FreshSubscription(await self._subscription_reads.read(subscription_id), KEEP)
         elif event.type in INVOICE_EVENTS:
             subscription_id = subscription_of_invoice(obj)
         elif event.type in CHARGE_REVERSALS:
@@ -248,7 +251,7 @@ class WebhookProcessor:
             subscription_id = target.subscription_id if target else None
         if subscription_id is None:
             return None
-        subscription = await self._gateway.retrieve_subscription(subscription_id)
+        subscription = await self._subscription_reads.read(subscription_id)
         return FreshSubscription(subscription, await self._gateway.latest_payment_reversal(subscription))
 
     async def _apply(

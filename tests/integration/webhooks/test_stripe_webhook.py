@@ -106,7 +106,7 @@ async def test_signed_json_that_is_not_an_event_is_refused_and_not_stored(
     status, answer = await post_webhook(service, body, signed(service, body))
     assert status == 400
     assert why in answer["detail"]
-    assert await service.rows(StripeEvent) == []
+    assert await service.rows(StripeEvent, id="evt_n") == []
 
 
 async def test_replayed_event_is_applied_once(service: RunningService) -> None:
