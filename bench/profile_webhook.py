@@ -200,7 +200,9 @@ async def main(events: int, concurrency: int, top: int) -> None:
     by_package: dict[str, float] = {}
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     for (filename, _, _), (_, _, tottime, _, _) in raw.items():
-        package = filename.split("site-packages/")[-1].split("/")[0] if "site-packages" in filename else filename
+        package = filename
+        if "site-packages" in filename:
+            package = filename.split("site-packages/")[-1].split("/")[0]
         if "/work/main/" in package:
             package = "/".join(package.split("/work/main/")[-1].split("/")[:2])
         elif "python3.11/" in package:

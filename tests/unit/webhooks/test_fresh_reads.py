@@ -17,10 +17,12 @@ class Stripe:
         self.started: list[str] = []
         self.gates: list[asyncio.Event] = []
         self.fail_next = False
+        self.changed = asyncio.Event()
 
     async def read(self, key: str) -> str:
         version = self.version
         self.started.append(key)
+        self.changed.set()
         gate = asyncio.Event()
         self.gates.append(gate)
         failing, self.fail_next = self.fail_next, False
@@ -31,7 +33,8 @@ class Stripe:
 
     async def until_started(self, count: int) -> None:
         while len(self.started) < count:
-            await asyncio.sleep(0)
+            self.changed.clear()
+            await self.changed.wait()
 
 
 async def test_arrivals_during_a_read_share_the_next_one_which_starts_after_them() -> None:
