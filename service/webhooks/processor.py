@@ -62,25 +62,27 @@ async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventDat
     """
     insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     received_at = utcnow()
+    # One cached statement run with many parameter sets (SQLAlchemy sends them as one multi-row
+    # INSERT), rather than a statement built for each batch with every value inlined.
     statement = (
         insert(StripeEvent)
-        .values(
-            [
-                {
-                    "id": event.id,
-                    "type": event.type,
-                    "created": event.created,
-                    "livemode": event.livemode,
-                    "outcome": "applied",
-                    "received_at": received_at,
-                }
-                for event in events
-            ]
-        )
         .on_conflict_do_nothing(index_elements=["id"])
         .returning(col(StripeEvent.id))
     )
-    return set((await session.exec(statement)).scalars())
+    rows = [
+        {
+            "id": event.id,
+            "type": event.type,
+            "created": event.created,
+            "livemode": event.livemode,
+            "outcome": "applied",
+            "detail": None,
+            "received_at": received_at,
+        }
+        for event in events
+    ]
+    result = await session.exec(statement, params=rows)
+    return set(result.scalars())
 
 
 class DuplicateEvent(Exception):
