@@ -65,9 +65,7 @@ async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventDat
     # One cached statement run with many parameter sets (SQLAlchemy sends them as one multi-row
     # INSERT), rather than a statement built for each batch with every value inlined.
     statement = (
-        insert(StripeEvent)
-        .on_conflict_do_nothing(index_elements=["id"])
-        .returning(col(StripeEvent.id))
+        insert(StripeEvent).on_conflict_do_nothing(index_elements=["id"]).returning(col(StripeEvent.id))
     )
     rows = [
         {
