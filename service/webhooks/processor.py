@@ -49,6 +49,10 @@ CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
 Prefetched = tuple[StripeEventData, FreshSubscription | None]
 
 
+def _event_id(event: StripeEventData) -> str:
+    return event.id
+
+
 def _lock_key(fresh: FreshSubscription | None) -> str:
     subscription_id = field_of(fresh.subscription, "id") if fresh is not None else None
     return subscription_id if isinstance(subscription_id, str) else ""
@@ -183,7 +187,11 @@ class WebhookProcessor:
             first_of.setdefault(event.id, index)
         outcomes = [Outcome(status="duplicate") for _ in batch]
         async with self._sessions() as session, session.begin():
-            claimed = await claim_event_ids(session, [batch[index][0] for index in sorted(first_of.values())])
+            # Claimed in id order: two replicas handed the same events wait for each other in
+            # one direction only.
+            claimed = await claim_event_ids(
+                session, sorted((batch[i][0] for i in first_of.values()), key=_event_id)
+            )
             subscriptions = [fresh.subscription for _, fresh in batch if fresh is not None]
             await lock_for_apply(
                 session,
