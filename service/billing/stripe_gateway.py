@@ -8,7 +8,7 @@ customer or checkout session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -223,35 +223,50 @@ class StripeGateway:
         return await self._reversal_of(await self._invoice_payments(invoice_id))
 
     async def subscription_with_reversal(
-        self, subscription_id: str, invoice_hint: str | None
+        self, subscription_id: str, invoice_hint: str | None, customer_hint: str | None = None
     ) -> tuple[StripeData, str | None]:
-        """The subscription and `latest_payment_reversal`, in two round trips instead of three.
+        """The subscription and `latest_payment_reversal`, in one round trip instead of three.
 
-        `invoice_hint` is the invoice a Checkout Session just paid: usually the subscription's
-        latest, so its payments are read alongside the subscription. When it is not (a renewal
-        happened before a late delivery), the latest invoice is read as usual.
+        `invoice_hint` is the invoice a Checkout Session just paid and `customer_hint` its customer:
+        usually the subscription's latest invoice, so its payments and the customer's charges are
+        read alongside the subscription. When the hint is not current (a renewal happened before a
+        late delivery), the latest invoice is read as usual; a payment whose charges are not among
+        the customer's is read on its own.
         """
         if invoice_hint is None:
             subscription = await self.retrieve_subscription(subscription_id)
             return subscription, await self.latest_payment_reversal(subscription)
-        subscription, payments = await asyncio.gather(
-            self.retrieve_subscription(subscription_id), self._invoice_payments(invoice_hint)
-        )
+        reads: list[Awaitable[Any]] = [
+            self.retrieve_subscription(subscription_id),
+            self._invoice_payments(invoice_hint),
+        ]
+        if customer_hint is not None:
+            reads.append(self._read("/v1/charges", customer=customer_hint, limit=100))
+        subscription, payments, *customer_charges = await asyncio.gather(*reads)
         if id_of(field_of(subscription, "latest_invoice")) != invoice_hint:
             return subscription, await self.latest_payment_reversal(subscription)
-        return subscription, await self._reversal_of(payments)
+        return subscription, await self._reversal_of(payments, *customer_charges)
 
     async def _invoice_payments(self, invoice_id: str) -> list[StripeData]:
         page = await self._read("/v1/invoice_payments", invoice=invoice_id, limit=10)
         return list(field_of(page, "data") or [])
 
-    async def _reversal_of(self, payments: list[StripeData]) -> str | None:
+    async def _reversal_of(
+        self, payments: list[StripeData], customer_charges: StripeData | None = None
+    ) -> str | None:
+        complete = customer_charges is not None and not field_of(customer_charges, "has_more")
+        known = list(field_of(customer_charges, "data") or []) if complete else []
         for payment in payments:
             payment_intent_id = id_of(field_of(field_of(payment, "payment"), "payment_intent"))
             if payment_intent_id is None:
                 continue
-            charges = await self._read("/v1/charges", payment_intent=payment_intent_id)
-            for charge in field_of(charges, "data") or []:
+            charges = [
+                charge for charge in known if id_of(field_of(charge, "payment_intent")) == payment_intent_id
+            ]
+            if not charges:
+                page = await self._read("/v1/charges", payment_intent=payment_intent_id)
+                charges = list(field_of(page, "data") or [])
+            for charge in charges:
                 if field_of(charge, "disputed"):
                     return "disputed"
                 if field_of(charge, "refunded"):

@@ -102,6 +102,7 @@ async def handle(request: Request, handler: Handler) -> Response:
             raise invalid_api_key(key)
         body = await request.body()
         method = request.method.lower()
+        sb.request_log.append((request.method, _route_path(request)))
         idempotency_key = request.headers.get("idempotency-key") if method == "post" else None
         fingerprint = hashlib.sha256(
             b"\0".join([method.encode(), _route_path(request).encode(), body])

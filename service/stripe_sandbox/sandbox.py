@@ -12,6 +12,7 @@ import contextlib
 import copy
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
 from typing import Any
@@ -86,6 +87,8 @@ class Sandbox:
             self.store = Store()
         self.clock = SandboxClock(self)
         self.webhooks = WebhookDispatcher(config, self._event_for_delivery, self._endpoint_for_delivery)
+        # Like the Dashboard's request logs: (method, path) of the latest authenticated API requests.
+        self.request_log: deque[tuple[str, str]] = deque(maxlen=10_000)
         self._register_configured_endpoints()
 
     # Basics ----------------------------------------------------------------------------------

@@ -244,7 +244,7 @@ class WebhookProcessor:
             if subscription_id is None:
                 return None
             subscription, reversal = await self._gateway.subscription_with_reversal(
-                subscription_id, id_of(field_of(obj, "invoice"))
+                subscription_id, id_of(field_of(obj, "invoice")), id_of(field_of(obj, "customer"))
             )
             return FreshSubscription(subscription, reversal)
         if event.type in SUBSCRIPTION_EVENTS:
