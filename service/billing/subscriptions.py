@@ -59,10 +59,21 @@ def plan_of(subscription: Mapping[str, Any], catalog: PlanCatalog) -> str | None
     return metadata_plan if isinstance(metadata_plan, str) and catalog.get(metadata_plan) else None
 
 
-# session.info keys: what a transaction already read and locked, so applying many Stripe objects
-# in one transaction costs two queries up front instead of two per object.
+# session.info keys: what the current transaction already read and locked, so applying many Stripe
+# objects in one transaction costs two queries up front instead of two per object.
 _LOCKED_SUBSCRIPTIONS = "billing.locked_subscriptions"
 _CUSTOMER_OWNERS = "billing.customer_owners"
+
+
+def _known(session: AsyncSession, key: str) -> dict[str, Any]:
+    """A dict that lives as long as the session's current transaction (locks end with it)."""
+    transaction = session.sync_session.get_transaction()
+    held = session.info.get(key)
+    if held is None or held[0] is not transaction:
+        held = (transaction, {})
+        session.info[key] = held
+    known: dict[str, Any] = held[1]
+    return known
 
 
 async def lock_for_apply(
@@ -79,32 +90,45 @@ async def lock_for_apply(
             .with_for_update()
         )
         # Held here, not only in the identity map, which forgets unmodified objects nobody holds.
-        locked: dict[str, Subscription] = session.info.setdefault(_LOCKED_SUBSCRIPTIONS, {})
+        locked = _known(session, _LOCKED_SUBSCRIPTIONS)
         locked.update((row.id, row) for row in rows.all())
     customers = sorted(set(customer_ids))
     if customers:
         found = await session.exec(
             select(StripeCustomer).where(col(StripeCustomer.customer_id).in_(customers))
         )
-        owners: dict[str, str] = session.info.setdefault(_CUSTOMER_OWNERS, {})
+        owners = _known(session, _CUSTOMER_OWNERS)
         owners.update((row.customer_id, row.user_id) for row in found.all())
 
 
 async def user_for_customer(session: AsyncSession, customer_id: str) -> str | None:
-    known = session.info.get(_CUSTOMER_OWNERS, {}).get(customer_id)
-    if known is not None:
-        return str(known)
+    owners = _known(session, _CUSTOMER_OWNERS)
+    known = owners.get(customer_id)
+    if isinstance(known, str):
+        return known
     result = await session.exec(select(StripeCustomer).where(col(StripeCustomer.customer_id) == customer_id))
     row = result.first()
-    return row.user_id if row else None
+    if row is None:
+        return None
+    owners[customer_id] = row.user_id
+    return row.user_id
 
 
-async def _locked_subscription(session: AsyncSession, subscription_id: str) -> Subscription | None:
-    locked: dict[str, Subscription] = session.info.get(_LOCKED_SUBSCRIPTIONS, {})
-    row = locked.get(subscription_id)
-    if row is not None:
-        return row
-    return await session.get(Subscription, subscription_id, with_for_update=True)
+def bind_customer(session: AsyncSession, user_id: str, customer_id: str) -> None:
+    """Record that `customer_id` is `user_id`'s Stripe customer (flushed with the transaction)."""
+    session.add(StripeCustomer(user_id=user_id, customer_id=customer_id))
+    _known(session, _CUSTOMER_OWNERS)[customer_id] = user_id
+
+
+async def locked_subscription(session: AsyncSession, subscription_id: str) -> Subscription | None:
+    """Our row of the subscription, locked for the rest of the transaction (read once per transaction)."""
+    locked = _known(session, _LOCKED_SUBSCRIPTIONS)
+    row: Subscription | None = locked.get(subscription_id)
+    if row is None:
+        row = await session.get(Subscription, subscription_id, with_for_update=True)
+        if row is not None:
+            locked[subscription_id] = row
+    return row
 
 
 def customer_of(subscription: Any) -> str | None:
@@ -145,7 +169,7 @@ async def apply_subscription(
     if plan_id is None:
         raise SubscriptionRejected(f"subscription {subscription_id} has no price of a known plan")
 
-    row = await _locked_subscription(session, subscription_id)
+    row = await locked_subscription(session, subscription_id)
     old_status = row.status if row else None
     if row is not None and row.status in TERMINAL_STATUSES and status != row.status:
         return SubscriptionChange(subscription_id, user_id, plan_id, old_status, row.status, applied=False)
@@ -155,6 +179,7 @@ async def apply_subscription(
         row = Subscription(
             id=subscription_id, user_id=user_id, customer_id=customer_id, plan_id=plan_id, status=status
         )
+        _known(session, _LOCKED_SUBSCRIPTIONS)[subscription_id] = row  # ours until commit
     row.plan_id = plan_id
     if status == "past_due" and row.past_due_since is None:
         row.past_due_since = now

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -58,7 +60,7 @@ def _sqlite_begin_immediate(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
+def create_engine(url: str, *, echo: bool = False, idle_ping_after: float | None = None) -> AsyncEngine:
     ensure_sqlite_directory(url)
     if make_url(url).get_backend_name() == "sqlite":
         # A local file needs no liveness ping, and a larger pool stops aiosqlite's thread churn.
@@ -66,9 +68,38 @@ def create_engine(url: str, *, echo: bool = False) -> AsyncEngine:
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
-    return create_async_engine(
-        async_database_url(url), echo=echo, pool_pre_ping=True, pool_size=10, max_overflow=20
+    engine = create_async_engine(async_database_url(url), echo=echo, pool_size=10, max_overflow=20)
+    _ping_connections_idle_for(
+        engine, IDLE_PING_AFTER_SECONDS if idle_ping_after is None else idle_ping_after
     )
+    return engine
+
+
+# A connection that was busy moments ago is alive; pinging it anyway (pool_pre_ping) would cost a
+# round trip on every transaction, about a millisecond of each webhook.
+IDLE_PING_AFTER_SECONDS = 5.0
+
+
+def _ping_connections_idle_for(engine: AsyncEngine, seconds: float) -> None:
+    """Pre-ping only connections that sat in the pool longer than `seconds` (a database restart
+    while the service was quiet is then noticed before use, not by a failed request)."""
+
+    def checkin(_dbapi_connection: Any, record: Any) -> None:
+        record.info["checked_in_at"] = time.monotonic()
+
+    def checkout(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        checked_in_at = record.info.get("checked_in_at")
+        if checked_in_at is not None and time.monotonic() - checked_in_at < seconds:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError("connection failed its ping") from exc
+        if not alive:
+            raise DisconnectionError("connection failed its ping")
+
+    event.listen(engine.sync_engine.pool, "checkin", checkin)
+    event.listen(engine.sync_engine.pool, "checkout", checkout)
 
 
 def create_session_factory(engine: AsyncEngine) -> SessionFactory:

@@ -15,14 +15,16 @@ from typing import Any
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
-from service.billing.models import StripeCustomer, Subscription
+from service.billing.models import StripeCustomer
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.subscriptions import (
     ENTITLING_STATUSES,
     SubscriptionChange,
     apply_subscription,
+    bind_customer,
     entitled_plan_ids,
+    locked_subscription,
     user_for_customer,
 )
 from service.paywall.bus import EntitlementChanged
@@ -116,7 +118,7 @@ class StripeStateApplier:
         if owner is None:
             if await session.get(StripeCustomer, user_id) is not None:
                 raise EventIgnored("the user already has a different Stripe customer")
-            session.add(StripeCustomer(user_id=user_id, customer_id=customer_id))
+            bind_customer(session, user_id, customer_id)
             await session.flush()
 
     async def subscription_state(
@@ -138,7 +140,7 @@ class StripeStateApplier:
         )
         revocation_changed = False
         if change.applied and reversal != KEEP:
-            row = await session.get(Subscription, change.subscription_id)
+            row = await locked_subscription(session, change.subscription_id)
             if row is not None and row.access_revoked_reason != reversal:
                 row.access_revoked_reason = reversal
                 session.add(row)
