@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 class EntitlementChanged:
     user_id: str
     completed_elicitation_ids: tuple[str, ...] = ()
+    # (elicitation, MCP session) pairs the completing transaction knew were owed a notice.
+    sessions_owed: tuple[tuple[str, str], ...] = ()
 
 
 Listener = Callable[[EntitlementChanged], Awaitable[None]]

@@ -47,6 +47,7 @@ class SessionNotifier:
         self._hold_for = hold_for
         self._send_timeout = send_timeout
         self._held: dict[str, tuple[float, CompletionChannel]] = {}
+        self._sent: dict[tuple[str, str], float] = {}  # (elicitation, session) -> when
         self._sending = asyncio.Lock()
 
     def hold(self, mcp_session_id: str, channel: CompletionChannel) -> None:
@@ -64,41 +65,67 @@ class SessionNotifier:
 
     async def on_change(self, change: EntitlementChanged) -> None:
         if change.completed_elicitation_ids:
-            await self.deliver(change.completed_elicitation_ids)
+            await self.deliver(change.completed_elicitation_ids, known=change.sessions_owed)
 
-    async def deliver(self, elicitation_ids: tuple[str, ...]) -> int:
-        """Send what is owed for these elicitations to sessions held here; how many went out."""
-        return await self._send(lambda session: undelivered(session, elicitation_ids))
+    async def deliver(
+        self, elicitation_ids: tuple[str, ...], *, known: tuple[tuple[str, str], ...] = ()
+    ) -> int:
+        """Send what is owed for these elicitations to sessions held here; how many went out.
+
+        `known` pairs (elicitation, session) that the completing transaction already named: a held
+        one is sent before any database work, which is most of a notice's latency. Only this
+        process can reach its sessions, so an in-memory record of what it sent keeps each notice
+        single; the rows are marked delivered right after, then whatever else is owed is sent.
+        """
+        async with self._sending:
+            early = [
+                (elicitation_id, session_id)
+                for elicitation_id, session_id in known
+                if session_id in self._held and (elicitation_id, session_id) not in self._sent
+            ]
+            for elicitation_id, session_id in early:
+                await self._send_one(elicitation_id, session_id)
+            return len(early) + await self._send_owed(lambda session: undelivered(session, elicitation_ids))
 
     async def sweep(self) -> int:
         """Send everything completed but still owed to sessions held here (missed wake-ups)."""
         held = list(self._held)
         if not held:
             return 0
-        return await self._send(lambda session: owed_to_sessions(session, held))
+        async with self._sending:
+            return await self._send_owed(lambda session: owed_to_sessions(session, held))
 
-    async def _send(self, owed: Callable[[AsyncSession], Awaitable[list[ElicitationDelivery]]]) -> int:
+    async def _send_one(self, elicitation_id: str, session_id: str) -> bool:
+        held = self._held.get(session_id)
+        if held is None:
+            return False
+        try:
+            async with asyncio.timeout(self._send_timeout):
+                await held[1].send_elicit_complete(elicitation_id)
+        except Exception:  # a client that is gone or stuck is not an error; its retry works
+            logger.info("session %s… is gone or not reading; completion not delivered", session_id[:8])
+            self.release(session_id)
+            return False
+        now = time.monotonic()
+        self._sent[(elicitation_id, session_id)] = now
+        if len(self._sent) > PRUNE_ABOVE:
+            self._sent = {key: at for key, at in self._sent.items() if now - at < self._hold_for}
+        return True
+
+    async def _send_owed(self, owed: Callable[[AsyncSession], Awaitable[list[ElicitationDelivery]]]) -> int:
+        """Under `_sending`: mark what was sent, send what is still owed; rows are locked against
+        other processes."""
         sent = 0
-        # One sender at a time in this process; rows are locked against other processes.
-        async with self._sending, self._sessions() as session, session.begin():
+        async with self._sessions() as session, session.begin():
             for delivery in await owed(session):
-                held = self._held.get(delivery.mcp_session_id)
-                if held is None:
-                    continue
-                try:
-                    async with asyncio.timeout(self._send_timeout):
-                        await held[1].send_elicit_complete(delivery.elicitation_id)
-                except Exception:  # a client that is gone or stuck is not an error; its retry works
-                    logger.info(
-                        "session %s… is gone or not reading; completion not delivered",
-                        delivery.mcp_session_id[:8],
-                    )
-                    self.release(delivery.mcp_session_id)
-                    continue
+                key = (delivery.elicitation_id, delivery.mcp_session_id)
+                if key not in self._sent:
+                    if not await self._send_one(*key):
+                        continue
+                    sent += 1
                 delivery.delivered_at = utcnow()
                 session.add(delivery)
                 await _audit_delivery(session, delivery.elicitation_id, delivery.mcp_session_id)
-                sent += 1
         return sent
 
 

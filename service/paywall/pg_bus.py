@@ -54,6 +54,7 @@ class PostgresBus(InProcessBus):
                 "origin": self.replica,
                 "user": event.user_id,
                 "completed": list(event.completed_elicitation_ids),
+                "owed": [list(pair) for pair in event.sessions_owed],
             }
         )
         try:
@@ -105,9 +106,11 @@ class PostgresBus(InProcessBus):
             if message.get("origin") == self.replica:
                 return  # local listeners already heard it
             event = EntitlementChanged(
-                str(message["user"]), tuple(str(item) for item in message["completed"])
+                str(message["user"]),
+                tuple(str(item) for item in message["completed"]),
+                tuple((str(pair[0]), str(pair[1])) for pair in message.get("owed", [])),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError):
             logger.warning("ignoring a malformed completion notification")
             return
         await InProcessBus.publish(self, event)

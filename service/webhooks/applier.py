@@ -204,7 +204,13 @@ class StripeStateApplier:
             # The same state read again: no cache anywhere is stale, nobody needs waking.
             return Outcome()
         return Outcome(
-            changes=[EntitlementChanged(change.user_id, tuple(item.id for item in completed))],
+            changes=[
+                EntitlementChanged(
+                    change.user_id,
+                    tuple(item.id for item in completed),
+                    tuple((item.id, item.mcp_session_id) for item in completed if item.mcp_session_id),
+                )
+            ],
             status_changed=change.old_status != change.new_status or bool(completed) or revocation_changed,
         )
 
