@@ -389,8 +389,8 @@ class Bench:
                     value=f"{result['count']} samples",
                     p50=fmt(result["p50_ms"], 2),
                     p99=fmt(result["p99_ms"], 2),
-                    note=f"target p99 <= {target_ms} ms; checkout.session.completed (3 Stripe reads in 2 "
-                    "round trips: subscription and invoice payments at once, then charges; before the "
+                    note=f"target p99 <= {target_ms} ms; checkout.session.completed (3 Stripe reads in one "
+                    "round trip: subscription, invoice payments, customer's charges; before the "
                     "transaction); webhook answered "
                     f"p50 {fmt(result['post_p50_ms'], 2)} ms"
                     + (f"; {result['errors']} failed: {result['first_error']}" if result["errors"] else ""),
