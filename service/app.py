@@ -47,7 +47,7 @@ from service.tool_packages import load_tools
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
-from service.web.fast_path import McpFastPathMiddleware
+from service.web.fast_path import ServiceApp
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import router as webhook_router
@@ -204,7 +204,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 stack.enter_context(tuned_gc(settings.gc_gen0_threshold))
             yield
 
-    app = FastAPI(
+    app = ServiceApp(
+        # Tool calls skip FastAPI's own layers; they still get a request id and an access line.
+        fast_paths={"/mcp": RequestContextMiddleware(mcp_mount)},
         title=settings.mcp_server_name,
         lifespan=lifespan,
         docs_url=None,
@@ -214,7 +216,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
-    app.add_middleware(McpFastPathMiddleware, mcp=mcp_mount)  # tool calls skip the layers below
     app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)
     app.include_router(identity_router)

@@ -49,17 +49,18 @@ class ToolCallObserver:
             finally:
                 seconds = time.perf_counter() - started
                 self._metrics.tool_call(tool, outcome, seconds)
-                logger.info(
-                    "tool call %s: %s",
-                    tool,
-                    outcome,
-                    extra={
-                        "tool": tool,
-                        "outcome": outcome,
-                        "protocol_version": ctx.protocol_version,
-                        "duration_ms": round(seconds * 1000, 2),
-                    },
-                )
+                if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
+                    logger.info(
+                        "tool call %s: %s",
+                        tool,
+                        outcome,
+                        extra={
+                            "tool": tool,
+                            "outcome": outcome,
+                            "protocol_version": ctx.protocol_version,
+                            "duration_ms": round(seconds * 1000, 2),
+                        },
+                    )
 
 
 def _outcome(result: HandlerResult, *, prompted: bool) -> str:

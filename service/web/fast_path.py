@@ -1,23 +1,32 @@
-"""Pure ASGI middleware: `/mcp` requests go straight to the MCP app.
+"""The app class whose tool calls skip FastAPI: `/mcp` requests go straight to the MCP app.
 
-Every tool call is one request to `/mcp`; routing it through FastAPI's exception middleware,
-dependency machinery and route table (only to land on the catch-all mount) costs measurable
-throughput. Everything else still goes through FastAPI.
+Every tool call is one request to `/mcp`. FastAPI would first ask OpenTelemetry whether anyone is
+listening (three provider lookups, each reading the environment), then run its error, telemetry
+and body-limit middleware and its route table, only to land on the catch-all mount, whose MCP app
+has error handling of its own. Everything else still goes through FastAPI.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+# The service exports no OpenTelemetry data; without this FastAPI checks for a provider per request.
+NO_TELEMETRY: dict[str, Any] = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 
-class McpFastPathMiddleware:
-    def __init__(self, app: ASGIApp, *, mcp: ASGIApp, path: str = "/mcp") -> None:
-        self.app = app
-        self.mcp = mcp
-        self.path = path
+
+class ServiceApp(FastAPI):
+    def __init__(self, *, fast_paths: dict[str, ASGIApp] | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("telemetry", NO_TELEMETRY)
+        super().__init__(**kwargs)
+        self.fast_paths = dict(fast_paths or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] == self.path:
-            await self.mcp(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+        if scope["type"] == "http":
+            target = self.fast_paths.get(scope["path"])
+            if target is not None:
+                await target(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
