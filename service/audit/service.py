@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import func, insert
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -44,6 +45,25 @@ async def record(
             detail=json.dumps(detail, sort_keys=True, default=str),
         )
     )
+
+
+async def record_many(session: AsyncSession, kind: AuditKind, details: Sequence[Mapping[str, Any]]) -> None:
+    """`record` for many events of one kind about no particular user: one INSERT, no ORM objects
+    (a batch of webhooks records one per event)."""
+    if not details:
+        return
+    at = utcnow()
+    rows = [
+        {
+            "at": at,
+            "kind": kind.value,
+            "user_id": None,
+            "elicitation_id": None,
+            "detail": json.dumps(detail, sort_keys=True, default=str),
+        }
+        for detail in details
+    ]
+    await session.exec(insert(AuditEvent), params=rows)
 
 
 async def count_recent(session: AsyncSession, kind: AuditKind, user_id: str, window: timedelta) -> int:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from service.audit.service import AuditKind, record
+from service.audit.service import AuditKind, record, record_many
 from service.billing.models import StripeEvent
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeGateway
@@ -202,6 +202,7 @@ class WebhookProcessor:
                 (index for event_id, index in first_of.items() if event_id in claimed),
                 key=lambda index: (_lock_key(batch[index][1]), index),
             )
+            accepted: list[dict[str, str]] = []
             for index in order:
                 event, prefetched = batch[index]
                 outcome = await self._apply(session, event, prefetched)
@@ -211,8 +212,9 @@ class WebhookProcessor:
                         .where(col(StripeEvent.id) == event.id)
                         .values(outcome=outcome.status, detail=outcome.detail)
                     )
-                await self._audit(session, event, outcome)
+                accepted.append({"event_id": event.id, "type": event.type, "outcome": outcome.status})
                 outcomes[index] = outcome
+            await record_many(session, AuditKind.WEBHOOK_ACCEPTED, accepted)
         return outcomes
 
     @staticmethod
