@@ -28,7 +28,8 @@ from bench import servers, wire
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
-def _scope(headers: bytes) -> dict[str, Any]:
+def _scope(headers: bytes, path: str = "/mcp") -> dict[str, Any]:
+    """An HTTP POST scope as uvicorn builds it, from a raw header block."""
     parsed = [
         (name.strip().lower().encode(), value.strip().encode())
         for name, _, value in (line.partition(":") for line in headers.decode().split("\r\n") if line)
@@ -39,8 +40,8 @@ def _scope(headers: bytes) -> dict[str, Any]:
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
+        "path": path,
+        "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
         "headers": [(b"host", b"127.0.0.1:8000"), *parsed],
@@ -50,7 +51,8 @@ def _scope(headers: bytes) -> dict[str, Any]:
     }
 
 
-async def call_once(app: App, headers: bytes, body: bytes) -> bytes:
+async def post(app: App, path: str, headers: bytes, body: bytes) -> tuple[int, bytes]:
+    """POST `body` straight into the ASGI app: (status, response body)."""
     sent = False
     chunks: list[bytes] = []
     status = 0
@@ -73,8 +75,12 @@ async def call_once(app: App, headers: bytes, body: bytes) -> bytes:
             if not message.get("more_body", False):
                 done.set()
 
-    await app(_scope(headers), receive, send)
-    payload = b"".join(chunks)
+    await app(_scope(headers, path), receive, send)
+    return status, b"".join(chunks)
+
+
+async def call_once(app: App, headers: bytes, body: bytes) -> bytes:
+    status, payload = await post(app, "/mcp", headers, body)
     if status != 200 or b'"isError":false' not in payload.replace(b" ", b""):
         raise RuntimeError(f"unexpected answer {status}: {payload[:300]!r}")
     return payload

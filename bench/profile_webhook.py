@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import loadgen, procs, seed
-from bench.profile_call import lifespan
+from bench import loadgen, procs, seed, wire
+from bench.profile_call import lifespan, post
 
 
 class SelfTimeSampler:
@@ -63,48 +63,6 @@ class SelfTimeSampler:
             print(f"{100 * count / total:5.1f}% {key}")
 
 
-def _scope(path: str, headers: dict[str, str]) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1:8000")]
-        + [(name.lower().encode(), value.encode()) for name, value in headers.items()],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8000),
-        "state": {},
-    }
-
-
-async def post(app: Any, path: str, headers: dict[str, str], body: bytes) -> bytes:
-    sent = False
-    chunks: list[bytes] = []
-    done = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await done.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                done.set()
-
-    await app(_scope(path, headers), receive, send)
-    return b"".join(chunks)
-
-
 async def main(events: int, concurrency: int, top: int) -> None:
     from service.app import create_app
     from service.settings import DEV_WEBHOOK_SECRET, Settings
@@ -144,11 +102,15 @@ async def main(events: int, concurrency: int, top: int) -> None:
             async def worker(index: int, count: int, offset: int) -> None:
                 for sequence in range(offset, offset + count):
                     body = loadgen._webhook_body(spec, index, sequence)
-                    headers = {
-                        "content-type": "application/json",
-                        "stripe-signature": sign_webhook_payload(body, DEV_WEBHOOK_SECRET, int(time.time())),
-                    }
-                    answer = await post(app, "/webhooks/stripe", headers, body)
+                    headers = wire.header_block(
+                        {
+                            "Content-Type": "application/json",
+                            "Stripe-Signature": sign_webhook_payload(
+                                body, DEV_WEBHOOK_SECRET, int(time.time())
+                            ),
+                        }
+                    )
+                    _, answer = await post(app, "/webhooks/stripe", headers, body)
                     if b'"applied"' not in answer:
                         raise RuntimeError(answer[:300])
 

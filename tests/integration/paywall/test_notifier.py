@@ -34,28 +34,33 @@ class ReadingClient:
         self.received.append(elicitation_id)
 
 
+async def completed_elicitations(sessions: Any, username: str, owed: dict[str, str]) -> None:
+    """A user whose elicitations (id -> the MCP session that asked) are completed, notices owed."""
+    async with sessions() as session, session.begin():
+        user = await identity.create_user(session, username, DEFAULT_PASSWORD)
+        for elicitation_id, mcp_session in owed.items():
+            session.add(
+                Elicitation(
+                    id=elicitation_id,
+                    user_id=user.id,
+                    plan_id=f"plan-{elicitation_id}",
+                    tool_name="ascii_chart",
+                    mcp_session_id=mcp_session,
+                    protocol_era="2025-11-25",
+                    status=ElicitationStatus.COMPLETED.value,
+                    expires_at=utcnow() + timedelta(hours=1),
+                    completed_at=utcnow(),
+                )
+            )
+            await session.flush()
+            session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session))
+
+
 async def test_a_stuck_session_does_not_hold_back_the_others(database_url: str) -> None:
     engine = create_engine(database_url)
     sessions = create_session_factory(engine)
     try:
-        async with sessions() as session, session.begin():
-            user = await identity.create_user(session, "notified", DEFAULT_PASSWORD)
-            for elicitation_id, mcp_session in (("eli_stuck", "sess-stuck"), ("eli_ok", "sess-ok")):
-                session.add(
-                    Elicitation(
-                        id=elicitation_id,
-                        user_id=user.id,
-                        plan_id=f"plan-{elicitation_id}",
-                        tool_name="ascii_chart",
-                        mcp_session_id=mcp_session,
-                        protocol_era="2025-11-25",
-                        status=ElicitationStatus.COMPLETED.value,
-                        expires_at=utcnow() + timedelta(hours=1),
-                        completed_at=utcnow(),
-                    )
-                )
-                await session.flush()
-                session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session))
+        await completed_elicitations(sessions, "notified", {"eli_stuck": "sess-stuck", "eli_ok": "sess-ok"})
         notifier = SessionNotifier(sessions, hold_for=3600, send_timeout=0.5)
         reading = ReadingClient()
         notifier.hold("sess-stuck", StuckClient())
@@ -76,26 +81,6 @@ async def test_a_stuck_session_does_not_hold_back_the_others(database_url: str) 
         await engine.dispose()
 
 
-async def completed_elicitation(sessions: Any, username: str, elicitation_id: str, mcp_session: str) -> None:
-    async with sessions() as session, session.begin():
-        user = await identity.create_user(session, username, DEFAULT_PASSWORD)
-        session.add(
-            Elicitation(
-                id=elicitation_id,
-                user_id=user.id,
-                plan_id="pro",
-                tool_name="ascii_chart",
-                mcp_session_id=mcp_session,
-                protocol_era="2025-11-25",
-                status=ElicitationStatus.COMPLETED.value,
-                expires_at=utcnow() + timedelta(hours=1),
-                completed_at=utcnow(),
-            )
-        )
-        await session.flush()
-        session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session))
-
-
 async def test_a_session_the_change_names_hears_before_any_database_work() -> None:
     engine = create_engine("postgresql://nobody@127.0.0.1:1/gone")  # nothing listens there
     notifier = SessionNotifier(create_session_factory(engine), hold_for=3600)
@@ -113,7 +98,7 @@ async def test_each_notice_is_sent_once_and_recorded(database_url: str) -> None:
     engine = create_engine(database_url)
     sessions = create_session_factory(engine)
     try:
-        await completed_elicitation(sessions, "once", "eli_once", "sess-once")
+        await completed_elicitations(sessions, "once", {"eli_once": "sess-once"})
         notifier = SessionNotifier(sessions, hold_for=3600)
         reading = ReadingClient()
         notifier.hold("sess-once", reading)
