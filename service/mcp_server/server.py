@@ -13,6 +13,7 @@ from starlette.applications import Starlette
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
+from service.mcp_server.bearer import use_single_layer_auth
 from service.mcp_server.free_tools import register_free_tools
 from service.settings import Settings
 
@@ -71,7 +72,7 @@ def build_mcp_server(
 
 
 def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
-    return server.streamable_http_app(
+    app = server.streamable_http_app(
         streamable_http_path="/mcp",
         json_response=settings.mcp_json_response,
         transport_security=TransportSecuritySettings(
@@ -81,3 +82,5 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
         ),
         host=settings.host,
     )
+    use_single_layer_auth(app)
+    return app

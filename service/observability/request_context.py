@@ -15,17 +15,17 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.observability.redaction import scrub
 
 REQUEST_ID_HEADER = "x-request-id"
+_REQUEST_ID_HEADER_BYTES = REQUEST_ID_HEADER.encode()
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Probes and scrapes would drown the access log; they are logged at DEBUG.
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -127,7 +127,7 @@ class RequestContextMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                message["headers"] = _with_request_id(message.get("headers", ()), request_id)
                 # Routes such as /pay/{elicitation_id} name the elicitation in the path.
                 elicitation_id = scope.get("path_params", {}).get("elicitation_id")
                 if isinstance(elicitation_id, str) and len(elicitation_id) <= 64:
@@ -138,17 +138,26 @@ class RequestContextMiddleware:
             await self.app(scope, receive, send_with_request_id)
         finally:
             path = scope.get("path", "")
-            access_logger.log(
-                logging.DEBUG if path in QUIET_PATHS else logging.INFO,
-                "%s %s %s",
-                scope.get("method", ""),
-                path,
-                status,
-                extra={
-                    "http_method": scope.get("method", ""),
-                    "http_path": path,
-                    "http_status": status,
-                    "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                },
-            )
+            level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
+            if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
+                access_logger.log(
+                    level,
+                    "%s %s %s",
+                    scope.get("method", ""),
+                    path,
+                    status,
+                    extra={
+                        "http_method": scope.get("method", ""),
+                        "http_path": path,
+                        "http_status": status,
+                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                    },
+                )
             _current.reset(token)
+
+
+def _with_request_id(headers: Iterable[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
+    """The response's raw headers with ours as the one `x-request-id` (names arrive lower-case)."""
+    kept = [(name, value) for name, value in headers if name.lower() != _REQUEST_ID_HEADER_BYTES]
+    kept.append((_REQUEST_ID_HEADER_BYTES, request_id.encode("latin-1")))
+    return kept

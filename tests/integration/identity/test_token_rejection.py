@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import pytest
@@ -83,6 +83,23 @@ async def test_token_issued_for_another_resource(service: RunningService) -> Non
     status, headers = await post_initialize(service, f"Bearer {foreign.secret}")
     assert status == 401
     assert_points_at_metadata(service, headers)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [lambda url: url.upper().replace("/MCP", "/mcp"), lambda url: url + "/"],
+    ids=["upper-case-scheme-and-host", "trailing-slash"],
+)
+async def test_token_for_this_resource_spelled_differently_is_accepted(
+    service: RunningService, spelling: Callable[[str], str]
+) -> None:
+    """The resource is compared as a URL, as the SDK's own check does, and each verdict is cached."""
+    await service.add_user("mona")
+    resource = spelling(service.settings.mcp_resource_url)
+    assert resource != service.settings.mcp_resource_url
+    issued = await service.personal_token("mona", resource=resource)
+    for _ in range(2):
+        assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
 
 
 async def test_malformed_json_rpc_body_gets_a_parse_error(service: RunningService) -> None:
