@@ -9,7 +9,6 @@ requests on the event loop.
 from __future__ import annotations
 
 import base64
-import copy
 import hashlib
 import json
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from .errors import (
 )
 from .forms import Params, parse_body, parse_query
 from .ids import new_id
-from .objects import list_envelope
+from .objects import copy_tree, list_envelope
 from .params_allowed import ALLOWED
 from .sandbox import REQUEST_CONTEXT, Sandbox
 
@@ -118,6 +117,8 @@ async def handle(request: Request, handler: Handler) -> Response:
                     cached.body, status_code=cached.status, media_type="application/json", headers=headers
                 )
         tree = parse_body(body) if method == "post" else parse_query(request.url.query)
+        if method != "get":
+            sb.changed()  # whatever the handler does, even if it fails half way
         params = Params(tree)
         token = REQUEST_CONTEXT.set((request_id, idempotency_key))
         try:
@@ -126,7 +127,7 @@ async def handle(request: Request, handler: Handler) -> Response:
             advance_to(sb, sb.now())  # catch up on what fell due in wall-clock time
             call = Call(sb, params, dict(request.path_params), method, _route_path(request))
             result = handler(call)
-            result = expand(sb, copy.deepcopy(result), params.expand())
+            result = expand(sb, copy_tree(result), params.expand())
         finally:
             REQUEST_CONTEXT.reset(token)
         status = 200
@@ -238,5 +239,5 @@ def _expand(sb: Sandbox, node: Any, parts: list[str], full: str) -> None:
         found = sb.store.find(value)
         if found is None:
             raise invalid_request(f"This property cannot be expanded ({key}).", param="expand")
-        node[key] = value = copy.deepcopy(found)
+        node[key] = value = copy_tree(found)
     _expand(sb, value, rest, full)

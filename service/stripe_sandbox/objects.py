@@ -16,6 +16,19 @@ from .config import API_VERSION
 Obj = dict[str, Any]
 
 
+def copy_tree(value: Any) -> Any:
+    """A deep copy of a JSON tree (dicts, lists, scalars): what every stored object is.
+
+    About three times faster than `copy.deepcopy`, which handles any object graph; the sandbox
+    copies an object for every response and every event.
+    """
+    if isinstance(value, dict):
+        return {key: copy_tree(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_tree(item) for item in value]
+    return value
+
+
 def empty_address() -> Obj:
     return {"city": None, "country": None, "line1": None, "line2": None, "postal_code": None, "state": None}
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
 import time
 from collections import deque
@@ -89,6 +88,10 @@ class Sandbox:
         self.webhooks = WebhookDispatcher(config, self._event_for_delivery, self._endpoint_for_delivery)
         # Like the Dashboard's request logs: (method, path) of the latest authenticated API requests.
         self.request_log: deque[tuple[str, str]] = deque(maxlen=10_000)
+        # Bumped by every change (`changed`); `due_hint` is (epoch, the next due time or None) as
+        # of the last full look, so reads between changes need not scan every object again.
+        self.epoch = 0
+        self.due_hint: tuple[int, int | None] | None = None
         self._register_configured_endpoints()
 
     # Basics ----------------------------------------------------------------------------------
@@ -103,9 +106,15 @@ class Sandbox:
         return found
 
     def snapshot(self, obj: Obj) -> Obj:
-        return copy.deepcopy(obj)
+        copied: Obj = objects.copy_tree(obj)
+        return copied
+
+    def changed(self) -> None:
+        """Something in the store may have changed: what falls due next must be looked up again."""
+        self.epoch += 1
 
     def save(self) -> None:
+        self.changed()
         if self.config.persist_path is not None:
             self.store.save(self.config.persist_path)
 
@@ -115,12 +124,13 @@ class Sandbox:
         endpoints = [
             e["id"] for e in self.store.objects["webhook_endpoint"].values() if endpoint_wants(e, type_)
         ]
+        self.changed()
         request_id, idempotency_key = REQUEST_CONTEXT.get()
         event = objects.event(
             id_=new_id("evt"),
             now=self.now(),
             type_=type_,
-            data_object=copy.deepcopy(obj),
+            data_object=objects.copy_tree(obj),
             previous_attributes=previous,
             pending_webhooks=len(endpoints),
             request_id=request_id,

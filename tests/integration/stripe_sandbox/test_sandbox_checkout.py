@@ -199,3 +199,19 @@ async def test_expire_by_api_and_by_clock(env: Env) -> None:
     assert {e.data.object.id for e in events.data} == {first.id, second.id}
     with pytest.raises(stripe.InvalidRequestError):
         await env.raw(f"/v1/test_helpers/checkout/sessions/{second.id}/pay", card_number="4242424242424242")
+
+
+async def test_reads_between_changes_still_see_what_fell_due(env: Env) -> None:
+    """Reads skip the due-work scan while nothing changed and nothing is due yet; a change, or
+    time passing a due point, makes the next read look again."""
+    _product, price = await catalog(env)
+    params = {"mode": "subscription", "line_items": [{"price": price.id, "quantity": 1}]}
+    await env.client.v1.products.list_async()  # a read: nothing due, remembered
+    session = await env.client.v1.checkout.sessions.create_async(
+        params={**params, "expires_at": env.sandbox.now() + 3600}  # type: ignore[typeddict-item]
+    )
+    assert (await env.client.v1.checkout.sessions.retrieve_async(session.id)).status == "open"
+    assert env.sandbox.due_hint is not None and env.sandbox.due_hint[1] == session.expires_at
+    # Wall-clock time passing the expiry (no request in between that changes anything).
+    env.sandbox.store.clock_offset += 3601
+    assert (await env.client.v1.checkout.sessions.retrieve_async(session.id)).status == "expired"
