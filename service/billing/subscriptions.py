@@ -90,7 +90,10 @@ async def lock_for_apply(
             .with_for_update()
         )
         # Held here, not only in the identity map, which forgets unmodified objects nobody holds.
+        # A subscription new to us is remembered as absent: inserting it later in this transaction
+        # either succeeds or fails on its key (a concurrent insert), never silently duplicates it.
         locked = _known(session, _LOCKED_SUBSCRIPTIONS)
+        locked.update(dict.fromkeys(wanted))
         locked.update((row.id, row) for row in rows.all())
     customers = sorted(set(customer_ids))
     if customers:
@@ -98,20 +101,20 @@ async def lock_for_apply(
             select(StripeCustomer).where(col(StripeCustomer.customer_id).in_(customers))
         )
         owners = _known(session, _CUSTOMER_OWNERS)
+        owners.update(dict.fromkeys(customers))  # unbound so far; `bind_customer` may bind one
         owners.update((row.customer_id, row.user_id) for row in found.all())
 
 
 async def user_for_customer(session: AsyncSession, customer_id: str) -> str | None:
     owners = _known(session, _CUSTOMER_OWNERS)
-    known = owners.get(customer_id)
-    if isinstance(known, str):
+    if customer_id in owners:
+        known: str | None = owners[customer_id]
         return known
     result = await session.exec(select(StripeCustomer).where(col(StripeCustomer.customer_id) == customer_id))
     row = result.first()
-    if row is None:
-        return None
-    owners[customer_id] = row.user_id
-    return row.user_id
+    user_id = row.user_id if row is not None else None
+    owners[customer_id] = user_id
+    return user_id
 
 
 def bind_customer(session: AsyncSession, user_id: str, customer_id: str) -> None:
@@ -123,11 +126,11 @@ def bind_customer(session: AsyncSession, user_id: str, customer_id: str) -> None
 async def locked_subscription(session: AsyncSession, subscription_id: str) -> Subscription | None:
     """Our row of the subscription, locked for the rest of the transaction (read once per transaction)."""
     locked = _known(session, _LOCKED_SUBSCRIPTIONS)
-    row: Subscription | None = locked.get(subscription_id)
-    if row is None:
-        row = await session.get(Subscription, subscription_id, with_for_update=True)
-        if row is not None:
-            locked[subscription_id] = row
+    if subscription_id in locked:
+        known: Subscription | None = locked[subscription_id]
+        return known
+    row = await session.get(Subscription, subscription_id, with_for_update=True)
+    locked[subscription_id] = row
     return row
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from service.audit.service import AuditKind, record, record_many
+from service.audit.service import AuditKind, record_many
 from service.billing.models import StripeEvent
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeGateway
@@ -87,10 +87,6 @@ async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventDat
     return set(result.scalars())
 
 
-class DuplicateEvent(Exception):
-    """The event id is already stored: this delivery was applied before, or is being applied now."""
-
-
 class WebhookProcessor:
     def __init__(
         self,
@@ -136,45 +132,20 @@ class WebhookProcessor:
     async def _store_and_apply_retrying(
         self, event: StripeEventData, prefetched: FreshSubscription | None
     ) -> Outcome:
+        """One event in its own transaction, claimed and applied the way a batch is.
+
+        An event id already stored is not an error ("duplicate": `claim_event_ids` skips it); any
+        integrity error is some other row, and propagates unless a second go resolves it.
+        """
+        item = [(event, prefetched)]
         try:
-            return await self._store_and_apply(event, prefetched)
-        except DuplicateEvent:
-            return Outcome(status="duplicate")
+            return (await self._store_and_apply_many(item))[0]
         except IntegrityError:
             # Another delivery (another event, maybe on another replica) inserted a row this one
             # inserts too, such as a subscription new to us, and committed first. Its row is visible
             # now, so one more go updates it instead; the event was not stored, so nothing is lost.
             logger.info("stripe event %s raced another delivery; applying it again", event.id)
-        try:
-            return await self._store_and_apply(event, prefetched)
-        except DuplicateEvent:
-            return Outcome(status="duplicate")
-
-    async def _store_and_apply(self, event: StripeEventData, prefetched: FreshSubscription | None) -> Outcome:
-        """One transaction: claim the event id, apply it, record the outcome.
-
-        Only a conflict on the event id itself means "duplicate"; any other integrity error
-        propagates, rolls everything back and must not be answered with a 2xx.
-        """
-        async with self._sessions() as session, session.begin():
-            stored = StripeEvent(
-                id=event.id,
-                type=event.type,
-                created=event.created,
-                livemode=event.livemode,
-                outcome="applied",
-            )
-            session.add(stored)
-            try:
-                # Claims the id: a duplicate (delivered before, or concurrently) fails here.
-                await session.flush()
-            except IntegrityError as exc:
-                raise DuplicateEvent(event.id) from exc
-            outcome = await self._apply(session, event, prefetched)
-            stored.outcome, stored.detail = outcome.status, outcome.detail
-            session.add(stored)
-            await self._audit(session, event, outcome)
-        return outcome
+        return (await self._store_and_apply_many(item))[0]
 
     async def _store_and_apply_many(self, batch: Sequence[Prefetched]) -> list[Outcome]:
         """The batch in one transaction: every event id claimed by one INSERT, then each applied.
@@ -216,16 +187,6 @@ class WebhookProcessor:
                 outcomes[index] = outcome
             await record_many(session, AuditKind.WEBHOOK_ACCEPTED, accepted)
         return outcomes
-
-    @staticmethod
-    async def _audit(session: AsyncSession, event: StripeEventData, outcome: Outcome) -> None:
-        await record(
-            session,
-            AuditKind.WEBHOOK_ACCEPTED,
-            event_id=event.id,
-            type=event.type,
-            outcome=outcome.status,
-        )
 
     async def announce(self, outcome: Outcome) -> None:
         for change in outcome.changes:
