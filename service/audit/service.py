@@ -8,12 +8,14 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, insert
+from sqlalchemy import Table, func, insert, inspect
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
+
+_AUDIT_TABLE: Table = AuditEvent.__table__  # type: ignore[attr-defined]
 
 
 class AuditKind(StrEnum):
@@ -48,12 +50,27 @@ async def record(
 
 
 async def record_many(session: AsyncSession, kind: AuditKind, details: Sequence[Mapping[str, Any]]) -> None:
-    """`record` for many events of one kind about no particular user: one INSERT, no ORM objects
-    (a batch of webhooks records one per event)."""
-    if not details:
-        return
-    at = utcnow()
+    """`record` for many events of one kind about no particular user, in one INSERT together with
+    the audit rows this transaction still holds as ORM objects (from `record`), which would
+    otherwise cost a statement of their own at commit. A batch of webhooks records one per event."""
+    pending = sorted(
+        (obj for obj in session.new if isinstance(obj, AuditEvent)),
+        key=lambda obj: inspect(obj).insert_order,
+    )
     rows = [
+        {
+            "at": obj.at,
+            "kind": obj.kind,
+            "user_id": obj.user_id,
+            "elicitation_id": obj.elicitation_id,
+            "detail": obj.detail,
+        }
+        for obj in pending
+    ]
+    for obj in pending:
+        session.expunge(obj)
+    at = utcnow()
+    rows.extend(
         {
             "at": at,
             "kind": kind.value,
@@ -62,8 +79,10 @@ async def record_many(session: AsyncSession, kind: AuditKind, details: Sequence[
             "detail": json.dumps(detail, sort_keys=True, default=str),
         }
         for detail in details
-    ]
-    await session.exec(insert(AuditEvent), params=rows)
+    )
+    if rows:
+        # The table, not the entity: an ORM bulk INSERT would split rows by which values are None.
+        await session.exec(insert(_AUDIT_TABLE), params=rows)
 
 
 async def count_recent(session: AsyncSession, kind: AuditKind, user_id: str, window: timedelta) -> int:

@@ -173,7 +173,12 @@ async def test_a_real_payment_then_a_replay_of_its_events(service: RunningServic
     status, answer = await post_webhook(service, body, signed(service, body))
     assert (status, answer["outcome"]) == (200, "duplicate")
     assert len(await service.rows(StripeEvent, type="checkout.session.completed")) == 1
-    assert len(await service.rows(AuditEvent, kind="entitlement_granted")) == 1
+    # The grant (recorded while applying) and the acceptance go in the transaction's one audit INSERT.
+    [granted] = await service.rows(AuditEvent, kind="entitlement_granted")
+    assert granted.user_id == subscription.user_id
+    assert json.loads(granted.detail)["subscription"] == subscription.id
+    accepted = await service.rows(AuditEvent, kind="webhook_accepted")
+    assert events.data[0].id in {json.loads(row.detail)["event_id"] for row in accepted}
 
 
 @pytest.fixture
