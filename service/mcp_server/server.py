@@ -83,4 +83,7 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
         host=settings.host,
     )
     use_single_layer_auth(app)
+    # Tool calls first: the SDK lists /mcp after its OAuth routes, whose patterns every call
+    # would otherwise try. The paths are distinct, so the order decides nothing else.
+    app.router.routes.sort(key=lambda route: getattr(route, "path", None) != "/mcp")
     return app

@@ -71,17 +71,21 @@ async def test_elicitation_create_accept_waits_for_payment_then_runs(
     await service.add_user("bea")
     token = (await service.personal_token("bea")).secret
     paid: list[asyncio.Task[str]] = []
+    urls: list[str] = []
 
-    async def accept_and_pay(params: t.ElicitRequestURLParams) -> t.ElicitResult:
-        paid.append(asyncio.create_task(pay(service, params.url, "bea")))
+    async def accept(params: t.ElicitRequestURLParams) -> t.ElicitResult:
+        urls.append(params.url)
         return t.ElicitResult(action="accept")
 
     progress: list[float] = []
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        # The user pays once the call is waiting for it; paying before would find nothing to wait for.
         progress.append(value)
+        if not paid:
+            paid.append(asyncio.create_task(pay(service, urls[0], "bea")))
 
-    probe = ClientProbe(answer=accept_and_pay)
+    probe = ClientProbe(answer=accept)
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
         result = await client.call_tool("ascii_chart", CHART_ARGS, progress_callback=on_progress)
     await asyncio.gather(*paid)
