@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from . import billing, payments
 from .api import Call, Obj, created_filter, includable, paginate
 from .api_catalog import search
@@ -41,7 +39,7 @@ def update_subscription(call: Call) -> Obj:
             raise invalid_request(
                 f"The Stripe sandbox does not implement updating `{unsupported}`.", param=unsupported
             )
-    before = copy.deepcopy(sub)
+    before = sb.snapshot(sub)
     now = sb.now()
     period_end = sub["items"]["data"][0]["current_period_end"]
     if p.has("cancel_at_period_end"):

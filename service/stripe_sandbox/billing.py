@@ -8,7 +8,6 @@ strictly in time order so that advancing three months renews three times.
 from __future__ import annotations
 
 import calendar
-import copy
 import datetime as dt
 from typing import Any
 
@@ -191,7 +190,7 @@ def renew(sb: Sandbox, sub: Obj) -> None:
             sb, sub, ended_at=end, reason=sub["cancellation_details"]["reason"] or "cancellation_requested"
         )
         return
-    before = copy.deepcopy(sub)
+    before = sb.snapshot(sub)
     anchor = _day(sub["billing_cycle_anchor"])
     for item in sub["items"]["data"]:
         recurring = item["price"]["recurring"]
@@ -214,7 +213,7 @@ def retry(sb: Sandbox, invoice: Obj) -> None:
     if sub["status"] in ("canceled", "incomplete_expired"):
         invoice["next_payment_attempt"] = None
         return
-    before = copy.deepcopy(sub)
+    before = sb.snapshot(sub)
     if _collect(sb, invoice, sub):
         if sub["status"] in ("past_due", "unpaid") and all(
             i["status"] != "open" for i in sb.store.objects["invoice"].values() if _sub_of(i) == sub_id

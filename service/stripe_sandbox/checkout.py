@@ -7,7 +7,6 @@ names, so a mistake in service code surfaces here as it would in test mode.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -170,7 +169,7 @@ def line_items(sb: Sandbox, session: Obj) -> list[Obj]:
         name = product["name"] if product else p["product"]
         result.append(
             objects.checkout_line_item(
-                id_=entry["id"], p=copy.deepcopy(p), product_name=name, quantity=entry["quantity"]
+                id_=entry["id"], p=sb.snapshot(p), product_name=name, quantity=entry["quantity"]
             )
         )
     return result
@@ -213,7 +212,7 @@ def pay_session(
 
         customer = new_customer(sb, email=email, name=name, phone=None, description=None, metadata={})
     pm = payments.create_payment_method(sb, card, customer["id"] if customer else None, email, name)
-    before = copy.deepcopy(session)
+    before = sb.snapshot(session)
     items = [(sb.get("price", e["price"]), int(e["quantity"])) for e in private["line_items"]]
     if session["mode"] == "subscription":
         assert customer is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from . import objects_payments as op
@@ -76,7 +75,7 @@ def charge_card(
             "decline_code": decline.decline_code,
             "message": decline.message,
             "charge": ch["id"],
-            "payment_method": copy.deepcopy(pm),
+            "payment_method": sb.snapshot(pm),
         }
         pi["payment_method"] = None
     sb.store.put(pi)
@@ -112,7 +111,7 @@ def refund_charge(
         )
     refund = op.refund(id_=new_id("re"), now=sb.now(), ch=ch, amount=amount, reason=reason, metadata=metadata)
     sb.store.put(refund)
-    before = copy.deepcopy(ch)
+    before = sb.snapshot(ch)
     ch["amount_refunded"] += amount
     ch["refunded"] = ch["amount_refunded"] == ch["amount"]
     sb.emit("refund.created", refund)

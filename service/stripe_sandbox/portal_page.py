@@ -8,7 +8,6 @@ as from Stripe's portal.
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 
 from starlette.requests import Request
@@ -89,7 +88,7 @@ async def change(request: Request) -> Response:
     sub = sb.store.get("subscription", request.path_params["sub"])
     if sub is None or sub["customer"] != session["customer"] or sub["status"] == "canceled":
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
-    before = copy.deepcopy(sub)
+    before = sb.snapshot(sub)
     billing.schedule_cancel(sb, sub, request.path_params["action"] == "cancel")
     sb.emit_updated("customer.subscription.updated", before, sub)
     sb.save()
