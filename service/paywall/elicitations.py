@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, func, select
+from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
@@ -109,25 +109,63 @@ async def _remember_session(session: AsyncSession, elicitation_id: str, mcp_sess
         await session.flush()
 
 
-async def complete_satisfied(
-    session: AsyncSession, user_id: str, *, satisfied: Callable[[Elicitation], bool]
+@dataclass(frozen=True)
+class OpenElicitations:
+    """A user's open elicitations, read earlier in the same transaction."""
+
+    user_id: str
+    items: list[Elicitation]
+
+
+async def named_and_open(
+    session: AsyncSession, elicitation_id: str, user_id: str
+) -> tuple[Elicitation | None, OpenElicitations]:
+    """The elicitation `elicitation_id` (whoever's it is) and the user's open ones, in one statement.
+
+    A completed checkout needs both: the one it names, to check it, and the open ones, to complete
+    those the new subscription satisfies. One read instead of two is a round trip less on the path
+    that ends in the completion notice.
+    """
+    open_value = ElicitationStatus.OPEN.value
+    result = await session.exec(
+        select(Elicitation).where(
+            or_(
+                col(Elicitation.id) == elicitation_id,
+                and_(col(Elicitation.user_id) == user_id, col(Elicitation.status) == open_value),
+            )
+        )
+    )
+    rows = list(result.all())
+    named = next((row for row in rows if row.id == elicitation_id), None)
+    still_open = [row for row in rows if row.user_id == user_id and row.status == open_value]
+    return named, OpenElicitations(user_id, still_open)
+
+
+async def open_elicitations(
+    session: AsyncSession, user_id: str, known_open: OpenElicitations | None = None
 ) -> list[Elicitation]:
-    """Complete every open elicitation of the user that `satisfied` accepts; returns them."""
+    """The user's open elicitations: as this transaction already read them (`known_open`), or now.
+
+    One that another transaction opens after the earlier read is missed, just as it would be if
+    it were opened after a read made now: either way its caller's next try finds the user entitled.
+    """
+    if known_open is not None and known_open.user_id == user_id:
+        return [item for item in known_open.items if item.status == ElicitationStatus.OPEN.value]
     result = await session.exec(
         select(Elicitation).where(
             col(Elicitation.user_id) == user_id, col(Elicitation.status) == ElicitationStatus.OPEN.value
         )
     )
+    return list(result.all())
+
+
+async def complete(session: AsyncSession, elicitations: Iterable[Elicitation]) -> None:
     now = utcnow()
-    completed = []
-    for elicitation in result.all():
-        if satisfied(elicitation):
-            elicitation.status = ElicitationStatus.COMPLETED.value
-            elicitation.completed_at = now
-            session.add(elicitation)
-            completed.append(elicitation)
+    for elicitation in elicitations:
+        elicitation.status = ElicitationStatus.COMPLETED.value
+        elicitation.completed_at = now
+        session.add(elicitation)
     await session.flush()
-    return completed
 
 
 async def undelivered(session: AsyncSession, elicitation_ids: Iterable[str]) -> list[ElicitationDelivery]:

@@ -24,11 +24,13 @@ from service.billing.subscriptions import (
     apply_subscription,
     bind_customer,
     entitled_plan_ids,
+    grants_access,
     locked_subscription,
     user_for_customer,
 )
+from service.db.metadata import utcnow
 from service.paywall.bus import EntitlementChanged
-from service.paywall.elicitations import complete_satisfied
+from service.paywall.elicitations import OpenElicitations, complete, named_and_open, open_elicitations
 from service.paywall.models import Elicitation, ElicitationStatus
 
 logger = logging.getLogger(__name__)
@@ -92,9 +94,9 @@ class StripeStateApplier:
         elicitation_id = field_of(metadata, "elicitation_id")
         if not isinstance(user_id, str) or field_of(metadata, "user_id") != user_id:
             raise EventIgnored("client_reference_id and metadata disagree about the user")
-        elicitation = (
-            await session.get(Elicitation, elicitation_id) if isinstance(elicitation_id, str) else None
-        )
+        if not isinstance(elicitation_id, str):
+            raise EventIgnored("checkout names an elicitation that is not this user's")
+        elicitation, known_open = await named_and_open(session, elicitation_id, user_id)
         if elicitation is None or elicitation.user_id != user_id:
             raise EventIgnored("checkout names an elicitation that is not this user's")
         customer_id = id_of(field_of(checkout, "customer"))
@@ -109,6 +111,7 @@ class StripeStateApplier:
             observed_at=observed_at,
             source=source,
             reversal=fresh.reversal,
+            known_open=known_open,
         )
 
     async def _bind_customer(self, session: AsyncSession, user_id: str, customer_id: str) -> None:
@@ -129,11 +132,13 @@ class StripeStateApplier:
         observed_at: int,
         source: str,
         reversal: str | None,
+        known_open: OpenElicitations | None = None,
     ) -> Outcome:
         """Apply `subscription`, just read from Stripe.
 
         `reversal`: 'refunded' or 'disputed' (the current period's payment was taken back), None (it
-        stands), or KEEP (this read did not look).
+        stands), or KEEP (this read did not look). `known_open`: the user's open elicitations, if
+        this transaction has read them already.
         """
         change = await apply_subscription(
             session, subscription, observed_at=observed_at, catalog=self._catalog
@@ -162,6 +167,7 @@ class StripeStateApplier:
             source,
             complete_elicitations=reversal != KEEP,
             revocation_changed=revocation_changed,
+            known_open=known_open,
         )
 
     async def _after_change(
@@ -172,16 +178,14 @@ class StripeStateApplier:
         *,
         complete_elicitations: bool,
         revocation_changed: bool = False,
+        known_open: OpenElicitations | None = None,
     ) -> Outcome:
         """Audit the change and, if asked, complete the elicitations the subscription now satisfies."""
         if not change.applied:
             return Outcome(status="ignored", detail="older than the state already applied")
         completed: list[Elicitation] = []
         if change.new_status in ENTITLING_STATUSES and complete_elicitations:
-            entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
-            completed = await complete_satisfied(
-                session, change.user_id, satisfied=lambda item: self._satisfies(item, entitled)
-            )
+            completed = await self._complete_satisfied(session, change, known_open)
         if change.new_status in ENTITLING_STATUSES and change.old_status not in ENTITLING_STATUSES:
             await record(
                 session,
@@ -213,6 +217,31 @@ class StripeStateApplier:
             ],
             status_changed=change.old_status != change.new_status or bool(completed) or revocation_changed,
         )
+
+    async def _complete_satisfied(
+        self, session: AsyncSession, change: SubscriptionChange, known_open: OpenElicitations | None
+    ) -> list[Elicitation]:
+        """Complete the user's open elicitations that their plans now satisfy; returns them.
+
+        Usually the subscription that just changed satisfies them all, and then the user's other
+        subscriptions are not read: one statement less on the way to the completion notice.
+        """
+        candidates = await open_elicitations(session, change.user_id, known_open)
+        if not candidates:
+            return []
+        row = await locked_subscription(session, change.subscription_id)  # this transaction's row
+        entitled: frozenset[str] = frozenset()
+        if (
+            row is not None
+            and row.user_id == change.user_id
+            and grants_access(row, grace=timedelta(0), now=utcnow())
+        ):
+            entitled = frozenset({row.plan_id})
+        if not all(self._satisfies(item, entitled) for item in candidates):
+            entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
+        satisfied = [item for item in candidates if self._satisfies(item, entitled)]
+        await complete(session, satisfied)
+        return satisfied
 
     async def checkout_expired(self, session: AsyncSession, checkout: Any) -> Outcome:
         metadata = field_of(checkout, "metadata") or {}

@@ -240,3 +240,59 @@ async def test_signed_events_that_do_not_add_up_are_ignored(
     [still_open] = await service.rows(Elicitation, id=elicitation_id)
     assert still_open.status == "open"
     assert await service.rows(AuditEvent, kind="entitlement_granted") == []
+
+
+async def test_a_payment_completes_the_open_elicitations_it_satisfies_and_no_others(
+    service: RunningService,
+) -> None:
+    """The checkout's own plan, or failing that all of the buyer's plans, decide what completes."""
+    url = await start_elicitation(service, "sam")
+    named_id = url.rsplit("/", 1)[1]
+    other_user_url = await start_elicitation(service, "tom")
+    [named] = await service.rows(Elicitation, id=named_id)
+    assert named.plan_id == "pro"
+
+    def open_elicitation(elicitation_id: str, plan_id: str, tool_name: str) -> Elicitation:
+        return Elicitation(
+            id=elicitation_id,
+            user_id=named.user_id,
+            plan_id=plan_id,
+            tool_name=tool_name,
+            protocol_era="2025-11-25",
+            expires_at=named.expires_at,
+        )
+
+    async with service.runtime.sessions() as session, session.begin():
+        # Pro unlocks sql_explain, whatever plan this elicitation was opened for.
+        session.add(open_elicitation("el_pro_unlocks_its_tool", "team", "sql_explain"))
+        # Only Team unlocks password_audit.
+        session.add(open_elicitation("el_not_unlocked", "enterprise", "password_audit"))
+        # A plan Sam already has (made active by an event that completes nothing), not Pro.
+        session.add(open_elicitation("el_sams_other_plan", "legacy", "password_audit"))
+        session.add(
+            Subscription(
+                id="sub_legacy",
+                user_id=named.user_id,
+                customer_id="cus_legacy",
+                plan_id="legacy",
+                status="active",
+            )
+        )
+    # Only the checkout's own event, so nothing else (invoice.paid) completes what it missed.
+    for endpoint in (await service.stripe.v1.webhook_endpoints.list_async()).data:
+        await service.stripe.v1.webhook_endpoints.delete_async(endpoint.id)
+    await pay(service, url, "sam")
+    [completed] = (
+        await service.stripe.v1.events.list_async(params={"type": "checkout.session.completed"})
+    ).data
+    body = json.dumps(completed.to_dict()).encode()
+    status, answer = await post_webhook(service, body, signed(service, body))
+    assert (status, answer["outcome"]) == (200, "applied")
+    statuses = {row.id: row.status for row in await service.rows(Elicitation)}
+    assert statuses == {
+        named_id: "completed",
+        "el_pro_unlocks_its_tool": "completed",
+        "el_sams_other_plan": "completed",
+        "el_not_unlocked": "open",
+        other_user_url.rsplit("/", 1)[1]: "open",
+    }
