@@ -29,7 +29,7 @@ from .errors import (
 )
 from .forms import Params, parse_body, parse_query
 from .ids import new_id
-from .objects import copy_tree, list_envelope
+from .objects import list_envelope
 from .params_allowed import ALLOWED
 from .sandbox import REQUEST_CONTEXT, Sandbox
 
@@ -127,7 +127,7 @@ async def handle(request: Request, handler: Handler) -> Response:
             advance_to(sb, sb.now())  # catch up on what fell due in wall-clock time
             call = Call(sb, params, dict(request.path_params), method, _route_path(request))
             result = handler(call)
-            result = expand(sb, copy_tree(result), params.expand())
+            result = expand(sb, sb.snapshot(result), params.expand())
         finally:
             REQUEST_CONTEXT.reset(token)
         status = 200
@@ -239,5 +239,5 @@ def _expand(sb: Sandbox, node: Any, parts: list[str], full: str) -> None:
         found = sb.store.find(value)
         if found is None:
             raise invalid_request(f"This property cannot be expanded ({key}).", param="expand")
-        node[key] = value = copy_tree(found)
+        node[key] = value = sb.snapshot(found)
     _expand(sb, value, rest, full)

@@ -130,7 +130,7 @@ class Sandbox:
             id_=new_id("evt"),
             now=self.now(),
             type_=type_,
-            data_object=objects.copy_tree(obj),
+            data_object=self.snapshot(obj),
             previous_attributes=previous,
             pending_webhooks=len(endpoints),
             request_id=request_id,
