@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs, seed, wire
-from bench.report import Report, Row, fmt, machine, ratio_of, summarize
+from bench.report import Report, Row, fmt, machine, median, ratio_of, ratio_spread, summarize
 from bench.servers import STATIC_TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
@@ -32,6 +32,7 @@ MODES = {
     "legacy JSON": ("legacy", "-json"),
     "2026-07-28": ("modern", ""),
 }
+SERVER_ORDER = ("bare", "bare-auth", "paid")
 
 
 @dataclass
@@ -39,6 +40,8 @@ class Options:
     rounds: int
     duration: float
     warmup: float
+    cycles: int
+    slice: float
     concurrency: list[int]
     scenarios: list[str]
     postgres: bool
@@ -218,49 +221,79 @@ class Bench:
     # -- scenarios -------------------------------------------------------------------------
 
     def throughput(self) -> None:
+        """Per mode and concurrency, the three servers in turns of short slices from one generator
+        (`bench/interleaved.py`); ratios are medians of per-cycle ratios."""
         options = self.options
-        results: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
-        for round_index in range(options.rounds):
-            for label, (mode, suffix) in MODES.items():
-                for concurrency in options.concurrency:
-                    for base in ("bare", "bare-auth", "paid"):
-                        name = base + suffix
-                        result = self.load(name, mode=mode, concurrency=concurrency, expect="result")
-                        results.setdefault((label, concurrency, base), []).append(result)
-                        print(
-                            f"  round {round_index + 1} {label:12} c={concurrency:<3} {name:15} "
-                            f"{result['rps']:8.0f} req/s p50 {fmt(result['p50_ms'], 2)} ms "
-                            f"gen {result['generator_cpu']:.2f} srv {fmt(result['server_cpu'], 2)}",
-                            flush=True,
-                        )
-        for label, (_, suffix) in MODES.items():
+        for label, (mode, suffix) in MODES.items():
             for concurrency in options.concurrency:
-                bare = results[(label, concurrency, "bare")]
-                bare_auth = results[(label, concurrency, "bare-auth")]
-                for base in ("bare", "bare-auth", "paid"):
-                    runs = results[(label, concurrency, base)]
-                    summary = summarize(runs)
-                    note = ""
-                    if base == "paid" and suffix:
-                        note = "MCP_JSON_RESPONSE=true"
-                    if summary["errors"]:
-                        note = f"{summary['errors']} errors; {note}".strip("; ")
-                    self.report.rows.append(
-                        Row(
-                            scenario=f"tools/call {label} c={concurrency}",
-                            server=base + suffix,
-                            metric="calls/s",
-                            value=fmt(summary["rps"], 0),
-                            p50=fmt(summary["p50_ms"], 2),
-                            p99=fmt(summary["p99_ms"], 2),
-                            ratio=fmt(ratio_of(runs, bare), 2, "x"),
-                            ratio_auth=fmt(ratio_of(runs, bare_auth), 2, "x"),
-                            generator_cpu=f"{fmt(summary['generator_cpu'], 2)} (max "
-                            f"{fmt(summary['generator_cpu_max'], 2)})",
-                            server_cpu=fmt(summary["server_cpu"], 2),
-                            note=note,
-                        )
-                    )
+                names = [base + suffix for base in SERVER_ORDER]
+                slice_bound = options.slice * max(1.0, concurrency / 32)
+                result = procs.run_generator(
+                    {
+                        "kind": "interleaved",
+                        "mode": mode,
+                        "concurrency": concurrency,
+                        "expect": "result",
+                        "warmup": options.warmup,
+                        "slice": options.slice,
+                        "cycles": options.cycles,
+                        "bound": len(names) * (options.warmup + options.cycles * (slice_bound + 1.0)),
+                        "targets": [
+                            {
+                                "name": name,
+                                "port": self.targets[name].server.port,
+                                "token": self.targets[name].token,
+                                "server_pid": self.targets[name].server.pid,
+                            }
+                            for name in names
+                        ],
+                    }
+                )
+                cycles = {
+                    base: [{"rps": rate} for rate in result["targets"][base + suffix]["rates"]]
+                    for base in SERVER_ORDER
+                }
+                for base in SERVER_ORDER:
+                    self._throughput_row(label, concurrency, base, suffix, result, cycles)
+
+    def _throughput_row(
+        self,
+        label: str,
+        concurrency: int,
+        base: str,
+        suffix: str,
+        result: dict[str, Any],
+        cycles: dict[str, list[dict[str, Any]]],
+    ) -> None:
+        measured = result["targets"][base + suffix]
+        notes = []
+        if base == "paid" and suffix:
+            notes.append("MCP_JSON_RESPONSE=true")
+        if base != "bare":
+            notes.append(f"cycles vs bare: {ratio_spread(cycles[base], cycles['bare'])}")
+        if measured["errors"]:
+            notes.insert(0, f"{measured['errors']} errors, first: {measured['first_error']}")
+        print(
+            f"  {label:12} c={concurrency:<3} {base + suffix:15} "
+            f"{median(measured['rates']) or 0:8.0f} calls/s p50 {fmt(measured['p50_ms'], 2)} ms "
+            f"vs bare {fmt(ratio_of(cycles[base], cycles['bare']), 2, 'x')}",
+            flush=True,
+        )
+        self.report.rows.append(
+            Row(
+                scenario=f"tools/call {label} c={concurrency}",
+                server=base + suffix,
+                metric="calls/s",
+                value=fmt(median(measured["rates"]), 0),
+                p50=fmt(measured["p50_ms"], 2),
+                p99=fmt(measured["p99_ms"], 2),
+                ratio=fmt(ratio_of(cycles[base], cycles["bare"]), 2, "x"),
+                ratio_auth=fmt(ratio_of(cycles[base], cycles["bare-auth"]), 2, "x"),
+                generator_cpu=fmt(result["generator_cpu"], 2),
+                server_cpu=fmt(median(measured["server_cpu"]), 2),
+                note="; ".join(notes),
+            )
+        )
 
     def unentitled(self) -> None:
         """A paid call by a user without a subscription: -32042 (legacy) or InputRequiredResult."""
@@ -568,6 +601,10 @@ def parse_options(argv: list[str]) -> Options:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (default 3)")
     parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per round")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each round")
+    parser.add_argument(
+        "--cycles", type=int, default=20, help="throughput: turns of bare, bare-auth, paid (default 20)"
+    )
+    parser.add_argument("--slice", type=float, default=0.5, help="throughput: seconds per server per turn")
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated (default 1,16,64)")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"subset of {','.join(SCENARIOS)}")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL measurements")
@@ -581,10 +618,14 @@ def parse_options(argv: list[str]) -> Options:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     if not 1 <= args.rounds <= 20 or not 0.5 <= args.duration <= 60:
         parser.error("rounds must be 1..20 and duration 0.5..60 s")
+    if not 2 <= args.cycles <= 200 or not 0.1 <= args.slice <= 10:
+        parser.error("cycles must be 2..200 and slice 0.1..10 s")
     return Options(
         rounds=args.rounds,
         duration=args.duration,
         warmup=args.warmup,
+        cycles=args.cycles,
+        slice=args.slice,
         concurrency=[int(value) for value in args.concurrency.split(",")],
         scenarios=scenarios,
         postgres=not args.no_postgres and seed.postgres_available(),
@@ -601,7 +642,9 @@ def main(argv: list[str] | None = None) -> int:
     started, clock = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), time.monotonic()
     command = shlex.join([".venv/bin/python", "-m", "bench", *argv])
     settings = (
-        f"{options.rounds} rounds x {options.duration:g} s (+{options.warmup:g} s warm-up), "
+        f"throughput: {options.cycles} cycles x {options.slice:g} s slices per server "
+        f"(+{options.warmup:g} s warm-up); other scenarios: {options.rounds} rounds x "
+        f"{options.duration:g} s (+{options.warmup:g} s warm-up); "
         f"concurrency {','.join(map(str, options.concurrency))}, scenarios {','.join(options.scenarios)}"
     )
     report = Report(command=command, settings=settings)

@@ -6,6 +6,8 @@ server process's CPU time (read from /proc). Every loop ends at the spec's deadl
 Kinds:
 - `calls`: tools/call in `legacy` (one session per connection) or `modern` (2026-07-28) mode;
   `expect` says what a correct answer contains (a result, -32042, an InputRequiredResult).
+- `interleaved`: the same calls to several servers in turns of short slices (`bench/interleaved.py`),
+  for throughput ratios that hold on a machine whose speed changes from second to second.
 - `webhooks`: signed `customer.subscription.updated` events to /webhooks/stripe.
 - `idle`: opens `sessions` legacy sessions with their GET streams, prints a ready line, then holds
   them until stdin closes or `hold_seconds` pass.
@@ -187,7 +189,7 @@ async def _webhook_worker(spec: dict[str, Any], window: Window, index: int) -> N
         conn.close()
 
 
-def _percentile(sorted_values: list[float], fraction: float) -> float | None:
+def percentile(sorted_values: list[float], fraction: float) -> float | None:
     if not sorted_values:
         return None
     index = min(len(sorted_values) - 1, round(fraction * (len(sorted_values) - 1)))
@@ -215,7 +217,7 @@ async def run_load(spec: dict[str, Any]) -> dict[str, Any]:
         await asyncio.gather(*tasks)
     latencies = sorted(window.latencies)
     elapsed = wall1 - wall0
-    p50, p99 = _percentile(latencies, 0.50), _percentile(latencies, 0.99)
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
     return {
         "count": len(latencies),
         "errors": window.errors,
@@ -284,6 +286,11 @@ def main() -> None:
 
     if spec["kind"] == "idle":
         uvloop.run(hold_idle(spec))
+        return
+    if spec["kind"] == "interleaved":
+        from bench.interleaved import run_interleaved
+
+        print(json.dumps(uvloop.run(run_interleaved(spec))))
         return
     print(json.dumps(uvloop.run(run_load(spec))))
 

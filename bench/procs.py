@@ -100,6 +100,8 @@ def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Ser
         sys.executable, "-m", "uvicorn", "bench.servers:create", "--factory",
         "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2",
+        # Interleaved throughput leaves a server's connections idle while the others take turns.
+        "--timeout-keep-alive", "120",
     ]  # fmt: skip
     process = spawn(args, env={**env, "BENCH_PORT": str(port)}, stdout=handle, stderr=subprocess.STDOUT)
     handle.close()
@@ -120,7 +122,8 @@ def wait_ready(server: Server) -> None:
 
 def run_generator(spec: dict[str, Any]) -> dict[str, Any]:
     """One generator process for one measurement; its JSON result."""
-    bound = float(spec.get("duration", 0)) + float(spec.get("warmup", 0)) + GENERATOR_TIMEOUT_MARGIN
+    bound = float(spec.get("bound") or float(spec.get("duration", 0)) + float(spec.get("warmup", 0)))
+    bound += GENERATOR_TIMEOUT_MARGIN
     process = spawn(
         [sys.executable, "-m", "bench.loadgen", json.dumps(spec)],
         stdout=subprocess.PIPE,

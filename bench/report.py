@@ -103,9 +103,19 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, float | None]:
     }
 
 
-def ratio_of(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]]) -> float | None:
-    """Median of per-round throughput ratios (rounds paired by index)."""
-    pairs = [
+def round_ratios(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]]) -> list[float]:
+    """Per-round throughput ratios, rounds paired by index."""
+    return [
         a["rps"] / b["rps"] for a, b in zip(numerators, denominators, strict=False) if a["rps"] and b["rps"]
     ]
+
+
+def ratio_of(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]]) -> float | None:
+    """Median of per-round throughput ratios."""
+    pairs = round_ratios(numerators, denominators)
     return statistics.median(pairs) if pairs else None
+
+
+def ratio_spread(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]]) -> str:
+    """The per-round ratios behind `ratio_of`, lowest to highest: how much the machine moved."""
+    return " ".join(f"{pair:.2f}" for pair in sorted(round_ratios(numerators, denominators))) or "n/a"
