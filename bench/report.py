@@ -74,8 +74,9 @@ class Report:
             f"- Run: {started}, {elapsed:.0f} s; {self.settings}",
             "- Servers and the load generator share the machine (loopback only); generator and server CPU "
             "are in cores (1.00 = one core busy) over the measured window, medians over rounds.",
-            "- Ratios are medians of per-round ratios against the bare `mcp` `MCPServer` in the same mode "
-            "(`vs bare`) and against the bare server with a static-token verifier (`vs bare+auth`).",
+            "- Ratios are medians of per-round ratios (per-cycle for tools/call, whose servers take turns "
+            "in short slices) against the bare `mcp` `MCPServer` in the same mode (`vs bare`) and "
+            "against the bare server with a static-token verifier (`vs bare+auth`).",
             "",
             "| Scenario | Server | Metric | Value | p50 ms | p99 ms | vs bare | vs bare+auth "
             "| gen CPU | server CPU | Note |",
