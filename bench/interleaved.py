@@ -92,13 +92,14 @@ async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measu
                 conn, headers = target.connections[index] = await _open(target, mode)
                 continue
             finished = time.perf_counter()
+            correct = response.status == 200 and marker in response.body
+            if not correct and measured:
+                target.error(f"{response.status} {response.body[:300]!r}")
             if not answered:
                 answered = True
                 first_answers.append(finished)
-            elif response.status == 200 and marker in response.body:
+            elif correct:
                 answers.append((finished, finished - sent))
-            elif measured:
-                target.error(f"{response.status} {response.body[:300]!r}")
 
     async with asyncio.timeout(seconds + DRAIN_TIMEOUT):
         await asyncio.gather(*(worker(index) for index in range(len(target.connections))))
