@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs, seed, wire
+from bench.interleaved import slice_seconds
 from bench.report import Report, Row, fmt, machine, median, ratio_of, ratio_spread, summarize
 from bench.servers import STATIC_TOKEN
 
@@ -227,7 +228,7 @@ class Bench:
         for label, (mode, suffix) in MODES.items():
             for concurrency in options.concurrency:
                 names = [base + suffix for base in SERVER_ORDER]
-                slice_bound = options.slice * max(1.0, concurrency / 32)
+                slice_bound = slice_seconds(options.slice, concurrency)
                 result = procs.run_generator(
                     {
                         "kind": "interleaved",

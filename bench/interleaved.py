@@ -30,6 +30,11 @@ SETUP_TIMEOUT = 120.0
 DRAIN_TIMEOUT = 30.0
 
 
+def slice_seconds(slice_: float, concurrency: int) -> float:
+    """Long enough at high concurrency that a slice is mostly steady state, not ramp-up."""
+    return slice_ * max(1.0, concurrency / 32)
+
+
 @dataclass
 class Target:
     name: str
@@ -127,8 +132,7 @@ async def run_interleaved(spec: dict[str, Any]) -> dict[str, Any]:
     for target in targets:
         await _slice(target, mode, marker, float(spec["warmup"]), measured=False)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    # Long enough at high concurrency that a slice is mostly steady state, not ramp-up.
-    seconds = float(spec["slice"]) * max(1.0, concurrency / 32)
+    seconds = slice_seconds(float(spec["slice"]), concurrency)
     for cycle in range(int(spec["cycles"])):
         for target in targets if cycle % 2 == 0 else targets[::-1]:
             await _slice(target, mode, marker, seconds, measured=True)
