@@ -177,16 +177,9 @@ class Bench:
         for name, target in self.targets.items():
             modes = ["legacy"] + ([] if name.endswith("-json") else ["modern"])
             for mode in modes:
-                conn = wire.Connection(target.server.port)
-                await conn.open()
+                conn, headers = await wire.open_caller(target.server.port, target.token, mode)
                 try:
-                    if mode == "legacy":
-                        sid = await wire.open_legacy_session(conn, target.token)
-                        headers = wire.mcp_headers(target.token, session_id=sid, version=wire.LEGACY_VERSION)
-                        body = wire.legacy_call_body(2)
-                    else:
-                        headers, body = wire.modern_headers(target.token), wire.modern_call_body(2)
-                    response = await conn.request("POST", "/mcp", headers, body)
+                    response = await conn.request("POST", "/mcp", headers, wire.call_body(mode, 2))
                 finally:
                     conn.close()
                 message = response.json_message()

@@ -55,18 +55,13 @@ class Target:
             self.first_error = text[:300]
 
 
-async def _open(target: Target, mode: str) -> tuple[wire.Connection, bytes]:
-    conn = wire.Connection(target.port)
-    await conn.open()
-    if mode == "legacy":
-        session_id = await wire.open_legacy_session(conn, target.token)
-        return conn, wire.mcp_headers(target.token, session_id=session_id, version=wire.LEGACY_VERSION)
-    return conn, wire.modern_headers(target.token)
-
-
 async def _connect(target: Target, mode: str, concurrency: int) -> None:
     async with asyncio.timeout(SETUP_TIMEOUT):
-        target.connections = list(await asyncio.gather(*(_open(target, mode) for _ in range(concurrency))))
+        target.connections = list(
+            await asyncio.gather(
+                *(wire.open_caller(target.port, target.token, mode) for _ in range(concurrency))
+            )
+        )
 
 
 async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measured: bool) -> None:
@@ -75,7 +70,6 @@ async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measu
     Counting starts once every connection has had its first answer (or half-way, if one has not):
     before that the server is filling up from idle, which at c=64 takes a few of its latencies.
     """
-    call_body = wire.legacy_call_body if mode == "legacy" else wire.modern_call_body
     start = time.perf_counter()
     end = start + seconds
     first_answers: list[float] = []
@@ -87,14 +81,16 @@ async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measu
         answered = False
         while time.perf_counter() < end:
             target.request_id += 1
-            body = call_body(target.request_id)
+            body = wire.call_body(mode, target.request_id)
             sent = time.perf_counter()
             try:
                 response = await conn.request("POST", "/mcp", headers, body)
             except (OSError, wire.WireError, asyncio.IncompleteReadError, ValueError) as exc:
                 target.error(f"request: {exc!r}")
                 conn.close()
-                conn, headers = target.connections[index] = await _open(target, mode)
+                conn, headers = target.connections[index] = await wire.open_caller(
+                    target.port, target.token, mode
+                )
                 continue
             finished = time.perf_counter()
             correct = response.status == 200 and marker in response.body

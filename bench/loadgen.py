@@ -102,23 +102,15 @@ async def _call_worker(spec: dict[str, Any], window: Window, index: int) -> None
     headers = b""
     while time.perf_counter() < window.end:
         if conn is None:
-            conn = wire.Connection(port)
             try:
-                await conn.open()
-                if mode == "legacy":
-                    session_id = await wire.open_legacy_session(conn, token)
-                    headers = wire.mcp_headers(token, session_id=session_id, version=wire.LEGACY_VERSION)
-                else:
-                    headers = wire.modern_headers(token)
+                conn, headers = await wire.open_caller(port, token, mode)
             except (OSError, wire.WireError, TimeoutError) as exc:
                 window.error(f"connect: {exc!r}")
-                conn.close()
-                conn = None
                 await asyncio.sleep(0.05)
                 continue
             await window.connected_one()
         request_id += 1
-        body = wire.legacy_call_body(request_id) if mode == "legacy" else wire.modern_call_body(request_id)
+        body = wire.call_body(mode, request_id)
         if not await _timed_post(conn, window, "/mcp", headers, body, marker):
             conn.close()
             conn = None

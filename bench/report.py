@@ -98,7 +98,6 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, float | None]:
         "p50_ms": median([result["p50_ms"] for result in results]),
         "p99_ms": median([result["p99_ms"] for result in results]),
         "generator_cpu": median([result["generator_cpu"] for result in results]),
-        "generator_cpu_max": max((result["generator_cpu"] for result in results), default=None),
         "server_cpu": median([result["server_cpu"] for result in results]),
         "errors": sum(result["errors"] for result in results),
     }

@@ -219,3 +219,23 @@ async def open_get_stream(conn: Connection, token: str | None, session_id: str) 
     status, response_headers = await conn.read_head()
     if status != 200 or "text/event-stream" not in response_headers.get("content-type", ""):
         raise WireError(f"GET stream refused: {status}")
+
+
+def call_body(mode: str, request_id: int) -> bytes:
+    """A `tools/call` of the chart tool in `mode` ("legacy" or "modern")."""
+    return legacy_call_body(request_id) if mode == "legacy" else modern_call_body(request_id)
+
+
+async def open_caller(port: int, token: str | None, mode: str) -> tuple[Connection, bytes]:
+    """A connection ready for `tools/call` in `mode` (legacy: with its own initialized session) and
+    the headers its calls carry. The connection is closed if getting it ready fails."""
+    conn = Connection(port)
+    try:
+        await conn.open()
+        if mode == "legacy":
+            session_id = await open_legacy_session(conn, token)
+            return conn, mcp_headers(token, session_id=session_id, version=LEGACY_VERSION)
+        return conn, modern_headers(token)
+    except BaseException:
+        conn.close()
+        raise
