@@ -133,13 +133,16 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
     from service.db.metadata import utcnow
     from service.db.migrations import upgrade_to_head
     from service.identity import service as identity
+    from service.identity.passwords import PasswordHashing
     from service.settings import Settings
 
     database_url = f"sqlite+aiosqlite:///{workdir / 'profile.db'}"
     upgrade_to_head(database_url)
     engine = create_engine(database_url)
     async with create_session_factory(engine)() as session, session.begin():
-        user = await identity.create_user(session, "profiled", "profiled-password")
+        user = await identity.create_user(
+            session, "profiled", "profiled-password", PasswordHashing.from_settings(Settings())
+        )
         issued = await identity.create_personal_token(
             session, "profiled", resource="http://127.0.0.1:8000/mcp", label="profile", ttl=None
         )

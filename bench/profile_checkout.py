@@ -86,6 +86,9 @@ async def main(checkouts: int, top: int) -> None:
             stripe_api_base="http://127.0.0.1:9",
             reconcile_interval_seconds=0,
             log_level="WARNING",
+            password_hash_time_cost=1,  # hundreds of buyers are created; none signs in
+            password_hash_memory_kib=64,
+            password_hash_parallelism=1,
         )
         app = create_app(settings)
         task, queue = await lifespan(app)
@@ -93,7 +96,9 @@ async def main(checkouts: int, top: int) -> None:
         cases: list[tuple[str, str, int]] = []
         async with runtime.sessions() as session, session.begin():
             for index in range(checkouts + WARMUP):
-                user = await identity.create_user(session, f"buyer-{index}", "profile-password")
+                user = await identity.create_user(
+                    session, f"buyer-{index}", "profile-password", runtime.passwords
+                )
                 session.add(StripeCustomer(user_id=user.id, customer_id=f"cus_profile_{index}"))
                 elicitation_id = f"el_{secrets.token_hex(8)}"
                 session.add(

@@ -30,8 +30,9 @@ from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
 from service.identity.models import User
-from service.identity.passwords import hash_password
+from service.identity.passwords import PasswordHashing
 from service.identity.secrets import new_id
+from service.settings import Settings
 
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 BENCH_PLAN = "pro"
@@ -171,7 +172,9 @@ async def seed(
     catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
     engine = create_engine(database_url)
     sessions = create_session_factory(engine)
-    password_hash = hash_password(secrets.token_urlsafe(16))
+    password_hash = await PasswordHashing.from_settings(Settings(_env_file=None)).hash(  # type: ignore[call-arg]
+        secrets.token_urlsafe(16)
+    )
     tag = secrets.token_hex(3)
 
     async def account(session: Any, username: str, *, customer: bool, subscribed: bool = False) -> Account:

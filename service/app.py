@@ -26,6 +26,7 @@ from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.endpoints import router as oidc_router
 from service.identity.oidc.wiring import start_external_identity
+from service.identity.passwords import PasswordHashing
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import build_mcp_app, build_mcp_server
 from service.observability.elicitation_events import observe_elicitations
@@ -161,6 +162,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
         metrics=metrics,
+        passwords=PasswordHashing.from_settings(settings),
         oidc=external.login if external else None,
     )
 

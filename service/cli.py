@@ -15,6 +15,7 @@ from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
+from service.identity.passwords import PasswordHashing
 from service.logging_setup import configure_logging
 from service.settings import ConfigurationError, Settings
 from service.tool_packages import ToolPackageError, load_tools
@@ -144,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     async def users_create(session: AsyncSession) -> int:
-        user = await identity.create_user(session, args.name, args.password)
+        user = await identity.create_user(
+            session, args.name, args.password, PasswordHashing.from_settings(settings)
+        )
         print(f"created user {user.username} ({user.id})")
         return 0
 

@@ -15,6 +15,7 @@ from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
+from service.identity.passwords import PasswordHashing
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
@@ -49,6 +50,7 @@ class Runtime:
     reconciler: Reconciler
     sandbox: Sandbox | None
     metrics: ServiceMetrics
+    passwords: PasswordHashing
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(

@@ -99,6 +99,13 @@ class Settings(BaseSettings):
     upstream_user_header_secret: SecretStr | None = None  # signs `X-Paid-MCP-User`, when set
     upstream_timeout_seconds: float = Field(default=60.0, gt=0)
 
+    # argon2id for local accounts' passwords; the defaults are argon2-cffi's (RFC 9106 low-memory).
+    # Hashes made with other parameters are redone at the user's next sign-in.
+    password_hash_time_cost: int = Field(default=3, ge=1)
+    password_hash_memory_kib: int = Field(default=64 * 1024, ge=8)
+    password_hash_parallelism: int = Field(default=4, ge=1)
+    password_hash_concurrency: int = Field(default=2, ge=1)  # at once per replica; each holds its memory
+
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)
@@ -174,6 +181,11 @@ class Settings(BaseSettings):
             problems.append("REQUEST_STATE_KEYS is the development default")
         if self.stripe_secret_key.get_secret_value() == SANDBOX_SECRET_KEY:
             problems.append("STRIPE_SECRET_KEY is the built-in sandbox key")
+        if self.password_hash_memory_kib < 19 * 1024 or self.password_hash_time_cost < 2:
+            problems.append(
+                "PASSWORD_HASH_MEMORY_KIB and PASSWORD_HASH_TIME_COST are below OWASP's argon2id minimum "
+                "(19456 KiB, 2 passes)"
+            )
         if problems:
             raise ConfigurationError(
                 "refusing to start with ENVIRONMENT=production: " + "; ".join(problems) + "."

@@ -122,7 +122,7 @@ async def login_submit(
             error="Your form expired. Please sign in again.",
             status_code=400,
         )
-    user = await identity.authenticate(session, username, password)
+    user = await identity.authenticate(session, username, password, runtime.passwords)
     if user is None:
         return _login_page(
             runtime,

@@ -12,7 +12,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.db.metadata import utcnow
 from service.identity.models import BrowserSession, Token, User
-from service.identity.passwords import hash_password, verify_password
+from service.identity.passwords import PasswordHashing
 from service.identity.secrets import digest, new_id, new_secret
 
 PERSONAL_TOKEN_CLIENT_ID = "personal-access-token"  # noqa: S105 - a client id
@@ -29,14 +29,16 @@ class IssuedToken:
     secret: str
 
 
-async def create_user(session: AsyncSession, username: str, password: str) -> User:
+async def create_user(
+    session: AsyncSession, username: str, password: str, passwords: PasswordHashing
+) -> User:
     if not USERNAME_PATTERN.match(username):
         raise IdentityError("usernames are 1-150 letters, digits or . _ @ -, starting with a letter or digit")
     if len(password) < 8:
         raise IdentityError("passwords need at least 8 characters")
     if await get_user_by_username(session, username) is not None:
         raise IdentityError(f"user {username!r} already exists")
-    user = User(id=new_id("usr"), username=username, password_hash=hash_password(password))
+    user = User(id=new_id("usr"), username=username, password_hash=await passwords.hash(password))
     session.add(user)
     await session.flush()
     return user
@@ -47,10 +49,15 @@ async def get_user_by_username(session: AsyncSession, username: str) -> User | N
     return result.first()
 
 
-async def authenticate(session: AsyncSession, username: str, password: str) -> User | None:
+async def authenticate(
+    session: AsyncSession, username: str, password: str, passwords: PasswordHashing
+) -> User | None:
     user = await get_user_by_username(session, username)
-    if not verify_password(user.password_hash if user else None, password):
+    if not await passwords.verify(user.password_hash if user else None, password) or user is None:
         return None
+    if passwords.needs_rehash(user.password_hash):
+        user.password_hash = await passwords.hash(password)
+        session.add(user)
     return user
 
 

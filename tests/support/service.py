@@ -19,12 +19,24 @@ from mcp.client.streamable_http import streamable_http_client
 from service.app import create_app
 from service.identity import service as identity
 from service.identity.models import User
+from service.identity.passwords import PasswordHashing
 from service.runtime import Runtime
 from service.settings import Settings
 from service.stripe_sandbox import Sandbox
 from tests.support.servers import bound_socket, port_of, serve
 
 DEFAULT_PASSWORD = "correct horse battery"
+# The suite signs in hundreds of times; argon2's cost is a setting, not what it tests. Services the
+# tests start as processes (replicas, the CLI) keep the production defaults.
+CHEAP_PASSWORD_HASHING = {
+    "password_hash_time_cost": 1,
+    "password_hash_memory_kib": 64,
+    "password_hash_parallelism": 1,
+}
+
+
+def cheap_password_hashing() -> PasswordHashing:
+    return PasswordHashing(time_cost=1, memory_kib=64, parallelism=1, concurrency=2)
 
 
 def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
@@ -35,6 +47,7 @@ def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
         "log_level": "WARNING",
         "stripe_sandbox_port": 0,
         "stripe_sandbox_state_file": None,
+        **CHEAP_PASSWORD_HASHING,
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[call-arg]
@@ -81,7 +94,7 @@ class RunningService:
 
     async def add_user(self, username: str, password: str = DEFAULT_PASSWORD) -> User:
         async with self._session() as session:
-            return await identity.create_user(session, username, password)
+            return await identity.create_user(session, username, password, self.runtime.passwords)
 
     async def personal_token(
         self, username: str, *, resource: str | None = None, ttl: timedelta | None = None

@@ -16,7 +16,7 @@ from service.db.metadata import utcnow
 from service.identity import service as identity
 from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
 from service.paywall.notifier import SessionNotifier
-from tests.support.service import DEFAULT_PASSWORD
+from tests.support.service import DEFAULT_PASSWORD, cheap_password_hashing
 
 
 class StuckClient:
@@ -37,7 +37,7 @@ class ReadingClient:
 async def completed_elicitations(sessions: Any, username: str, owed: dict[str, str]) -> None:
     """A user whose elicitations (id -> the MCP session that asked) are completed, notices owed."""
     async with sessions() as session, session.begin():
-        user = await identity.create_user(session, username, DEFAULT_PASSWORD)
+        user = await identity.create_user(session, username, DEFAULT_PASSWORD, cheap_password_hashing())
         for elicitation_id, mcp_session in owed.items():
             session.add(
                 Elicitation(

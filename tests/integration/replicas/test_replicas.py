@@ -18,7 +18,7 @@ from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
-from tests.support.service import DEFAULT_PASSWORD
+from tests.support.service import DEFAULT_PASSWORD, cheap_password_hashing
 
 from .conftest import Cluster
 
@@ -31,7 +31,7 @@ async def user_with_token(cluster: Cluster, username: str) -> str:
     engine = create_engine(cluster.database_url)
     try:
         async with create_session_factory(engine)() as session, session.begin():
-            await identity.create_user(session, username, DEFAULT_PASSWORD)
+            await identity.create_user(session, username, DEFAULT_PASSWORD, cheap_password_hashing())
             issued = await identity.create_personal_token(
                 session, username, resource=f"{cluster.a.base_url}/mcp", label="replicas", ttl=None
             )

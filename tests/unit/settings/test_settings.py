@@ -44,6 +44,8 @@ def test_production_with_real_secrets_starts() -> None:
         ({"stripe_webhook_secret": DEV_WEBHOOK_SECRET}, "STRIPE_WEBHOOK_SECRET"),
         ({"request_state_keys": "ZGV2LW9ubHktcmVxdWVzdC1zdGF0ZS1rZXktMzJieXQ="}, "REQUEST_STATE_KEYS"),
         ({"stripe_secret_key": "sk_test_sandbox"}, "STRIPE_SECRET_KEY"),
+        ({"password_hash_memory_kib": 8192}, "PASSWORD_HASH_MEMORY_KIB"),
+        ({"password_hash_time_cost": 1}, "PASSWORD_HASH_TIME_COST"),
     ],
 )
 def test_production_refuses_unsafe_values(override: dict[str, str], complaint: str) -> None:
