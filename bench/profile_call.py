@@ -1,12 +1,13 @@
 """Where a paid tools/call spends its CPU, next to the bare SDK's: in process, no sockets.
 
-    .venv/bin/python -m bench.profile_call [--calls 3000] [--top 25]
+    .venv/bin/python -m bench.profile_call [--calls 3000] [--top 25] [--mode modern|legacy]
 
-Drives the same 2026-07-28 `tools/call` through each ASGI app directly (an ASGI scope and a body,
-the way uvicorn hands them over), so the numbers are the servers' own CPU per call with no network,
-no load generator and no other process in the way. Prints microseconds per call for `bare-auth` and
-`paid`, then the functions with the most cumulative time inside `paid` (cProfile). A development
-tool for finding the paywall's overhead; `make bench` remains the measurement of record.
+Drives the same `tools/call` (2026-07-28, or in a legacy SSE session) through each ASGI app
+directly (an ASGI scope and a body, the way uvicorn hands them over), so the numbers are the
+servers' own CPU per call with no network, no load generator and no other process in the way.
+Prints microseconds per call for `bare-auth` and `paid`, then the functions with the most cumulative
+time inside `paid` (cProfile). A development tool for finding the paywall's overhead; `make bench`
+remains the measurement of record.
 """
 
 from __future__ import annotations
@@ -51,8 +52,11 @@ def _scope(headers: bytes, path: str = "/mcp") -> dict[str, Any]:
     }
 
 
-async def post(app: App, path: str, headers: bytes, body: bytes) -> tuple[int, bytes]:
-    """POST `body` straight into the ASGI app: (status, response body)."""
+async def post(
+    app: App, path: str, headers: bytes, body: bytes, answer_headers: dict[str, str] | None = None
+) -> tuple[int, bytes]:
+    """POST `body` straight into the ASGI app: (status, response body); the response's headers
+    into `answer_headers` when given."""
     sent = False
     chunks: list[bytes] = []
     status = 0
@@ -70,6 +74,8 @@ async def post(app: App, path: str, headers: bytes, body: bytes) -> tuple[int, b
         nonlocal status
         if message["type"] == "http.response.start":
             status = message["status"]
+            if answer_headers is not None:
+                answer_headers.update((k.decode().lower(), v.decode()) for k, v in message["headers"])
         elif message["type"] == "http.response.body":
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
@@ -86,14 +92,35 @@ async def call_once(app: App, headers: bytes, body: bytes) -> bytes:
     return payload
 
 
+async def caller_headers(app: App, token: str, mode: str) -> bytes:
+    """The headers of `mode`'s calls; for "legacy", of a session opened (and initialized) now."""
+    if mode == "modern":
+        return wire.modern_headers(token)
+    answer: dict[str, str] = {}
+    status, _ = await post(app, "/mcp", wire.mcp_headers(token), wire.initialize_body(), answer)
+    session_id = answer.get("mcp-session-id")
+    if status != 200 or session_id is None:
+        raise RuntimeError(f"initialize answered {status}")
+    headers = wire.mcp_headers(token, session_id=session_id, version=wire.LEGACY_VERSION)
+    status, _ = await post(app, "/mcp", headers, wire.INITIALIZED_BODY)
+    if status != 202:
+        raise RuntimeError(f"notifications/initialized answered {status}")
+    return headers
+
+
 async def measure(
-    app: App, headers: bytes, calls: int, concurrency: int, profiler: cProfile.Profile | None = None
+    app: App,
+    headers: bytes,
+    calls: int,
+    concurrency: int,
+    profiler: cProfile.Profile | None = None,
+    mode: str = "modern",
 ) -> float:
     """CPU microseconds per call over `calls` calls, `concurrency` at a time (after a warm-up)."""
 
     async def worker(count: int) -> None:
         for index in range(count):
-            await call_once(app, headers, wire.modern_call_body(index))
+            await call_once(app, headers, wire.call_body(mode, index))
 
     await worker(50)
     if profiler is not None:
@@ -171,24 +198,24 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
     return create_app(settings), issued.secret
 
 
-async def main(calls: int, top: int, concurrency: int) -> None:
+async def main(calls: int, top: int, concurrency: int, mode: str) -> None:
     os.environ.setdefault("BENCH_PORT", "8000")
     bare = servers.bare_app(with_auth=True)
     with tempfile.TemporaryDirectory() as workdir:
         paid, token = await paid_app(Path(workdir))
         bare_task, bare_q = await lifespan(bare)
         paid_task, paid_q = await lifespan(paid)
-        bare_headers = wire.modern_headers(servers.STATIC_TOKEN)
-        paid_headers = wire.modern_headers(token)
+        bare_headers = await caller_headers(bare, servers.STATIC_TOKEN, mode)
+        paid_headers = await caller_headers(paid, token, mode)
         rounds = [
             (
-                await measure(bare, bare_headers, calls, concurrency),
-                await measure(paid, paid_headers, calls, concurrency),
+                await measure(bare, bare_headers, calls, concurrency, mode=mode),
+                await measure(paid, paid_headers, calls, concurrency, mode=mode),
             )
             for _ in range(3)
         ]
         profiler = cProfile.Profile()
-        await measure(paid, paid_headers, calls, concurrency, profiler)
+        await measure(paid, paid_headers, calls, concurrency, profiler, mode)
         for queue in (bare_q, paid_q):
             await queue.put({"type": "lifespan.shutdown"})
         await asyncio.gather(bare_task, paid_task, return_exceptions=True)
@@ -207,5 +234,8 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument(
+        "--mode", choices=("modern", "legacy"), default="modern", help="2026-07-28, or a legacy SSE session"
+    )
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.calls, arguments.top, arguments.concurrency))
+    asyncio.run(main(arguments.calls, arguments.top, arguments.concurrency, arguments.mode))

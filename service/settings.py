@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     entitlement_cache_seconds: float = Field(default=30.0, ge=0)
     token_cache_seconds: float = Field(default=30.0, ge=0)
     mcp_json_response: bool = False
+    # The SDK's OpenTelemetry span per MCP message; useful only with an exporter installed around
+    # the service (the service installs none).
+    mcp_otel_spans: bool = False
     max_elicitations_per_hour: int = Field(default=20, ge=1)
     max_checkouts_per_hour: int = Field(default=10, ge=1)
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)

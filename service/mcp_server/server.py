@@ -15,6 +15,7 @@ from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import use_single_layer_auth
 from service.mcp_server.free_tools import register_free_tools
+from service.mcp_server.sdk_trims import check_only_declared_headers, drop_otel_spans
 from service.settings import Settings
 
 
@@ -67,6 +68,9 @@ def build_mcp_server(
         ),
         log_level=settings.log_level,
     )
+    if not settings.mcp_otel_spans:
+        drop_otel_spans(server)
+    check_only_declared_headers(server)
     register_free_tools(server, sessions)
     return server
 
