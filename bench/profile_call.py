@@ -168,7 +168,10 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
     engine = create_engine(database_url)
     async with create_session_factory(engine)() as session, session.begin():
         user = await identity.create_user(
-            session, "profiled", "profiled-password", PasswordHashing.from_settings(Settings())
+            session,
+            "profiled",
+            "profiled-password",
+            PasswordHashing.from_settings(Settings(_env_file=None)),  # type: ignore[call-arg]
         )
         issued = await identity.create_personal_token(
             session, "profiled", resource="http://127.0.0.1:8000/mcp", label="profile", ttl=None

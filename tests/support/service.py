@@ -36,7 +36,7 @@ CHEAP_PASSWORD_HASHING = {
 
 
 def cheap_password_hashing() -> PasswordHashing:
-    return PasswordHashing(time_cost=1, memory_kib=64, parallelism=1, concurrency=2)
+    return PasswordHashing.from_settings(Settings(_env_file=None, **CHEAP_PASSWORD_HASHING))  # type: ignore[call-arg]
 
 
 def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
