@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import URL_ELICITATION_REQUIRED, CallToolResult, InputRequiredResult
 
 from service.observability.metrics import UNKNOWN, ServiceMetrics
-from service.observability.request_context import child
+from service.observability.request_context import enter_child, leave
 
 logger = logging.getLogger("service.tools")
 
@@ -35,32 +35,33 @@ class ToolCallObserver:
         tool = name if isinstance(name, str) and self._is_tool(name) else UNKNOWN
         started = time.perf_counter()
         outcome = "error"
-        with child() as call:
+        call, context_token = enter_child()
+        try:
             token = get_access_token()
             if token is not None and token.subject:
                 call.bind(user_id=token.subject)
-            try:
-                result = await call_next(ctx)
-                outcome = _outcome(result, prompted=call.elicitation_id is not None)
-                return result
-            except MCPError as exc:
-                outcome = "elicitation" if exc.error.code == URL_ELICITATION_REQUIRED else "error"
-                raise
-            finally:
-                seconds = time.perf_counter() - started
-                self._metrics.tool_call(tool, outcome, seconds)
-                if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
-                    logger.info(
-                        "tool call %s: %s",
-                        tool,
-                        outcome,
-                        extra={
-                            "tool": tool,
-                            "outcome": outcome,
-                            "protocol_version": ctx.protocol_version,
-                            "duration_ms": round(seconds * 1000, 2),
-                        },
-                    )
+            result = await call_next(ctx)
+            outcome = _outcome(result, prompted=call.elicitation_id is not None)
+            return result
+        except MCPError as exc:
+            outcome = "elicitation" if exc.error.code == URL_ELICITATION_REQUIRED else "error"
+            raise
+        finally:
+            seconds = time.perf_counter() - started
+            self._metrics.tool_call(tool, outcome, seconds)
+            if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
+                logger.info(
+                    "tool call %s: %s",
+                    tool,
+                    outcome,
+                    extra={
+                        "tool": tool,
+                        "outcome": outcome,
+                        "protocol_version": ctx.protocol_version,
+                        "duration_ms": round(seconds * 1000, 2),
+                    },
+                )
+            leave(context_token)
 
 
 def _outcome(result: HandlerResult, *, prompted: bool) -> str:

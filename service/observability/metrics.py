@@ -16,6 +16,14 @@ from collections.abc import Callable, Iterable
 from mcp_types.version import KNOWN_PROTOCOL_VERSIONS
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from service.observability.loop_metrics import (
+    CounterSlot,
+    HistogramSlot,
+    LoopCounter,
+    LoopHistogram,
+    LoopMetricsCollector,
+)
+
 TOOL_OUTCOMES = ("ok", "error", "elicitation")
 ENTITLEMENT_SOURCES = ("cache", "database")
 UNKNOWN = "unknown"
@@ -31,19 +39,18 @@ class ServiceMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         r = self.registry
-        self._tool_children: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
-        self._entitlement_children: dict[str, Histogram] = {}
-        self.tool_calls = Counter(
+        # Written on every tool call, by the event loop only: see loop_metrics.
+        self._tool_children: dict[tuple[str, str], tuple[CounterSlot, HistogramSlot]] = {}
+        self._entitlement_children: dict[str, HistogramSlot] = {}
+        self.tool_calls = LoopCounter(
             "mcp_tool_calls",
             "MCP tools/call requests by tool and outcome (ok, error, elicitation: a payment link was given).",
             ["tool", "outcome"],
-            registry=r,
         )
-        self.tool_call_seconds = Histogram(
+        self.tool_call_seconds = LoopHistogram(
             "mcp_tool_call_duration_seconds",
             "Time to answer a tools/call, including any wait for a payment.",
             ["tool"],
-            registry=r,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 600),
         )
         self.elicitations_created = Counter(
@@ -89,12 +96,14 @@ class ServiceMetrics:
             "Stateful (2025-era, Mcp-Session-Id) MCP sessions open on this replica.",
             registry=r,
         )
-        self.entitlement_check_seconds = Histogram(
+        self.entitlement_check_seconds = LoopHistogram(
             "paywall_entitlement_check_seconds",
             "Time to decide whether a user is entitled, by source (in-process cache or database).",
             ["source"],
-            registry=r,
             buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+        )
+        r.register(
+            LoopMetricsCollector([self.tool_calls, self.tool_call_seconds, self.entitlement_check_seconds])
         )
         for era in KNOWN_PROTOCOL_VERSIONS:
             for counter in (
@@ -104,7 +113,7 @@ class ServiceMetrics:
             ):
                 counter.labels(era=era)
         for source in ENTITLEMENT_SOURCES:
-            self.entitlement_check_seconds.labels(source=source)
+            self.entitlement_check_seconds.child(source)
 
     # -- tool calls ----------------------------------------------------------------------------
 
@@ -112,16 +121,12 @@ class ServiceMetrics:
         """Export a zero for each tool and outcome, so rates exist before the first call."""
         for name in names:
             for outcome in TOOL_OUTCOMES:
-                self.tool_calls.labels(tool=name, outcome=outcome)
+                self.tool_calls.child(name, outcome)
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
-        # `labels()` costs a lock and a tuple build per call; on the hot path the children are kept.
         children = self._tool_children.get((tool, outcome))
         if children is None:
-            children = (
-                self.tool_calls.labels(tool=tool, outcome=outcome),
-                self.tool_call_seconds.labels(tool=tool),
-            )
+            children = (self.tool_calls.child(tool, outcome), self.tool_call_seconds.child(tool))
             self._tool_children[(tool, outcome)] = children
         children[0].inc()
         children[1].observe(seconds)
@@ -143,7 +148,7 @@ class ServiceMetrics:
     def entitlement_checked(self, source: str, seconds: float) -> None:
         child = self._entitlement_children.get(source)
         if child is None:
-            child = self._entitlement_children[source] = self.entitlement_check_seconds.labels(source=source)
+            child = self._entitlement_children[source] = self.entitlement_check_seconds.child(source)
         child.observe(seconds)
 
     # -- webhooks ------------------------------------------------------------------------------

@@ -80,12 +80,12 @@ class Paywall:
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
     ) -> CallToolResult | InputRequiredResult | None:
         caller = current_caller()
-        plans = self._tools.unlocking_plans(tool)
-        if not plans:
+        plan_ids = self._tools.unlocking_plan_ids(tool)
+        if not plan_ids:
             return error_result(f"{tool.name} is not offered in any plan right now.")
-        plan_ids = [plan.id for plan in plans]
         if await self._entitlements.allows(caller.user_id, plan_ids):
             return None
+        plans = self._tools.unlocking_plans(tool)
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
             return await self._legacy(ctx, caller, tool, plans)
         return await self._modern(ctx, caller, tool, plans)

@@ -13,6 +13,9 @@ class PaidToolIndex:
         self._paid_tools = paid_tools
         # Worked out once: the paywall asks on every paid call.
         self._unlocking = {name: self._compute_unlocking(tool) for name, tool in paid_tools.items()}
+        self._unlocking_ids = {
+            name: frozenset(plan.id for plan in plans) for name, plans in self._unlocking.items()
+        }
 
     def _compute_unlocking(self, tool: PaidTool) -> list[Plan]:
         named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
@@ -24,6 +27,13 @@ class PaidToolIndex:
         """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
         cached = self._unlocking.get(tool.name)
         return cached if cached is not None else self._compute_unlocking(tool)
+
+    def unlocking_plan_ids(self, tool: PaidTool) -> frozenset[str]:
+        """The ids of `unlocking_plans(tool)`."""
+        cached = self._unlocking_ids.get(tool.name)
+        if cached is not None:
+            return cached
+        return frozenset(plan.id for plan in self._compute_unlocking(tool))
 
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
         """Whether the user's plans now unlock the tool this elicitation was opened for."""
