@@ -47,21 +47,23 @@ class ToolCallObserver:
             outcome = "elicitation" if exc.error.code == URL_ELICITATION_REQUIRED else "error"
             raise
         finally:
-            seconds = time.perf_counter() - started
-            self._metrics.tool_call(tool, outcome, seconds)
-            if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
-                logger.info(
-                    "tool call %s: %s",
-                    tool,
-                    outcome,
-                    extra={
-                        "tool": tool,
-                        "outcome": outcome,
-                        "protocol_version": ctx.protocol_version,
-                        "duration_ms": round(seconds * 1000, 2),
-                    },
-                )
-            leave(context_token)
+            try:
+                seconds = time.perf_counter() - started
+                self._metrics.tool_call(tool, outcome, seconds)
+                if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
+                    logger.info(
+                        "tool call %s: %s",
+                        tool,
+                        outcome,
+                        extra={
+                            "tool": tool,
+                            "outcome": outcome,
+                            "protocol_version": ctx.protocol_version,
+                            "duration_ms": round(seconds * 1000, 2),
+                        },
+                    )
+            finally:
+                leave(context_token)
 
 
 def _outcome(result: HandlerResult, *, prompted: bool) -> str:
