@@ -36,7 +36,6 @@ SHIM = r"""
 void window_open(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
 void window_close(const char *label) { CALLGRIND_DUMP_STATS_AT(label); CALLGRIND_STOP_INSTRUMENTATION; }
 """
-WARMUP_CALLS = 50  # profile_call.measure makes these before its counted calls; they are counted too
 SERVERS = ("bare", "bare-auth", "paid")
 
 
@@ -111,7 +110,9 @@ def main() -> None:
         asyncio.run(count_windows(ctypes.CDLL(arguments.inside), arguments.mode, arguments.calls, names))
         return
     counts = run_under_valgrind(arguments)
-    per_call = {name: counts[name] / (arguments.calls + WARMUP_CALLS) for name in names if name in counts}
+    # profile_call.measure's warm-up calls fall inside the counted window too.
+    calls = arguments.calls + profile_call.WARMUP_CALLS
+    per_call = {name: counts[name] / calls for name in names if name in counts}
     first = per_call[names[0]]
     print(f"instructions per tools/call ({arguments.mode}, {arguments.calls} calls, GC off in the windows):")
     for name, value in per_call.items():

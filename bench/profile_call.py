@@ -27,6 +27,7 @@ from typing import Any
 from bench import servers, wire
 
 App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+WARMUP_CALLS = 50  # made by `measure` before the calls it times
 
 
 def _scope(headers: bytes, path: str = "/mcp") -> dict[str, Any]:
@@ -122,7 +123,7 @@ async def measure(
         for index in range(count):
             await call_once(app, headers, wire.call_body(mode, index))
 
-    await worker(50)
+    await worker(WARMUP_CALLS)
     if profiler is not None:
         profiler.enable()
     started = time.process_time()

@@ -6,7 +6,7 @@ learns who the user is, or which elicitation is involved, calls `bind(...)`.
 
 The context is a mutable object shared by reference: the MCP SDK runs tool handlers in a copy of
 the HTTP request's contextvars, so a `bind` inside a tool call still reaches the request's access
-log line. A tool call gets a child context (`child()`) so it can tell what was bound during it.
+log line. A tool call gets a child context (`enter_child()`) so it can tell what was bound during it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
@@ -74,18 +73,8 @@ def bind(*, user_id: str | None = None, elicitation_id: str | None = None) -> No
     context.bind(user_id=user_id, elicitation_id=elicitation_id)
 
 
-@contextmanager
-def child() -> Iterator[LogContext]:
-    """A context for one unit of work inside the current one; binds reach both."""
-    context, token = enter_child()
-    try:
-        yield context
-    finally:
-        leave(token)
-
-
 def enter_child() -> tuple[LogContext, Token[LogContext | None]]:
-    """`child()` without the context manager, for the per-tool-call path; pair it with `leave`."""
+    """A context for one unit of work inside the current one, binds reaching both; `leave` ends it."""
     parent = _current.get()
     if parent is None:
         context = LogContext(request_id=new_request_id())

@@ -38,5 +38,5 @@ class PaidToolIndex:
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
         """Whether the user's plans now unlock the tool this elicitation was opened for."""
         tool = self._paid_tools.get(elicitation.tool_name)
-        unlocking = {plan.id for plan in self.unlocking_plans(tool)} if tool else set()
+        unlocking = self.unlocking_plan_ids(tool) if tool else frozenset()
         return not entitled_plan_ids.isdisjoint(unlocking | {elicitation.plan_id})
