@@ -13,6 +13,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.anyio_cycle_fix import installed_fix
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
@@ -194,6 +195,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            if settings.anyio_cycle_fix:
+                stack.enter_context(installed_fix())
             app.state.runtime = await _start_runtime(settings, stack)
             mcp = app.state.runtime.mcp
             mcp_app = build_mcp_app(mcp, settings)

@@ -95,6 +95,9 @@ class Settings(BaseSettings):
     # (0 keeps Python's 700). See service/gc_tuning.py for the measurements.
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(default=10_000, ge=0)
+    # Rebuild anyio's TaskGroup._spawn so a cancelled child task leaves no reference cycle (every
+    # legacy SSE tool call cancels two). See service/anyio_cycle_fix.py.
+    anyio_cycle_fix: bool = True
 
     # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
     upstream_mcp_url: str | None = None

@@ -1,8 +1,10 @@
-"""The collector is tuned while the service runs and restored when it stops."""
+"""The collector is tuned and anyio's task groups mended while the service runs; both undone when it stops."""
 
 from __future__ import annotations
 
 import gc
+
+from anyio._backends import _asyncio as anyio_asyncio
 
 from tests.support.service import run_service
 
@@ -25,3 +27,14 @@ async def test_gc_tuning_can_be_turned_off(database_url: str) -> None:
         assert (await http.get("/healthz")).status_code == 200
         assert gc.get_freeze_count() == 0
         assert gc.get_threshold() == before
+
+
+async def test_the_running_service_rebuilds_anyios_spawn_and_puts_it_back(database_url: str) -> None:
+    original = anyio_asyncio.TaskGroup.__dict__["_spawn"]
+    async with run_service(database_url) as running, running.http() as http:
+        assert (await http.get("/healthz")).status_code == 200
+        assert anyio_asyncio.TaskGroup.__dict__["_spawn"] is not original
+    assert anyio_asyncio.TaskGroup.__dict__["_spawn"] is original
+    async with run_service(database_url, anyio_cycle_fix=False) as running, running.http() as http:
+        assert (await http.get("/healthz")).status_code == 200
+        assert anyio_asyncio.TaskGroup.__dict__["_spawn"] is original
