@@ -87,6 +87,7 @@ def without_cycle(spawn: Callable[..., Any]) -> types.FunctionType | None:
     rebuilt.__qualname__ = spawn.__qualname__
     rebuilt.__module__ = spawn.__module__
     rebuilt.__doc__ = spawn.__doc__
+    rebuilt.__wrapped__ = spawn  # type: ignore[attr-defined]  # inspect.unwrap finds anyio's own
     return rebuilt
 
 

@@ -4,6 +4,7 @@ and that task groups behave the same with the fix in place."""
 from __future__ import annotations
 
 import gc
+import inspect
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,8 +50,12 @@ async def cancel_a_child() -> None:
         task_group.cancel_scope.cancel()
 
 
-async def test_stock_anyio_leaves_a_cancelled_childs_stack_to_the_collector() -> None:
+async def test_stock_anyio_leaves_a_cancelled_childs_stack_to_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The bug the fix is for. When this fails, anyio no longer makes the cycle: remove the fix."""
+    stock = inspect.unwrap(anyio_asyncio.TaskGroup.__dict__["_spawn"])  # anyio's, even if a service runs
+    monkeypatch.setattr(anyio_asyncio.TaskGroup, "_spawn", stock)
     with collector_held_back() as unreachable:
         await cancel_a_child()
     assert frames_of(unreachable, "sleep_until_cancelled"), "anyio no longer leaves the cycle"
@@ -75,6 +80,7 @@ async def test_the_fix_is_anyios_own_function_edited_and_is_undone_on_exit() -> 
         assert rebuilt.__code__.co_filename == original.__code__.co_filename
         assert rebuilt.__code__.co_firstlineno == original.__code__.co_firstlineno
         assert rebuilt.__qualname__ == "TaskGroup._spawn"
+        assert inspect.unwrap(rebuilt) is original
     assert anyio_asyncio.TaskGroup.__dict__["_spawn"] is original
 
 
