@@ -17,7 +17,7 @@ The fix wraps `task_done`'s body in `try: ... finally: exc = None`, so the frame
 exception when the callback returns: no cycle, and everything is freed on the spot. It is made from
 anyio's own source at start-up (an AST edit of `TaskGroup._spawn`, compiled against the same
 module), so it follows anyio's code rather than freezing a copy of it. It installs only when that
-source has the shape it was written for, and `installed_fix` returns False otherwise; remove this
+source has the shape it was written for (`installed_fix` yields False otherwise); remove this
 module once anyio no longer keeps `exc` (tests/unit/test_anyio_cycle_fix.py notices).
 """
 
