@@ -648,7 +648,9 @@ def main(argv: list[str] | None = None) -> int:
             print("starting servers", flush=True)
             bench.start()
             for scenario in options.scenarios:
-                print(f"scenario {scenario}", flush=True)
+                # Elapsed time, to line a scenario up with the servers' timers (the paid servers'
+                # first reconciliation with Stripe runs RECONCILE_INTERVAL_SECONDS after start-up).
+                print(f"scenario {scenario} (at {time.monotonic() - clock:.0f} s)", flush=True)
                 getattr(bench, scenario)()
         finally:
             bench.stop()

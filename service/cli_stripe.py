@@ -93,9 +93,13 @@ async def reconcile(settings: Settings) -> int:
         print("another process holds the reconciliation lease; nothing done")
         return 0
     print(
-        f"checked {report.checkouts} checkout sessions and {report.subscriptions} subscriptions; "
-        f"repaired {report.repaired}, ignored {report.ignored}"
+        f"checked {report.checkouts} checkout sessions ({report.checkouts_current} already reflected "
+        f"here) and {report.subscriptions} subscriptions; repaired {report.repaired}, "
+        f"ignored {report.ignored}"
     )
+    if report.lease_lost:
+        print("stopped early: the lease expired and another process holds it", file=sys.stderr)
+        return 1
     return 0
 
 

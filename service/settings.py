@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     # "local" skips LISTEN/NOTIFY (e.g. behind PgBouncer in transaction mode); the sweep still delivers.
     completion_bus: Literal["auto", "local"] = "auto"
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
+    # Each step is a checkout or a customer: one to three Stripe reads and a transaction. Stripe
+    # allows 25 reads a second in test mode (100 live), shared with webhook handling's own reads.
+    reconcile_steps_per_second: float = Field(default=5.0, ge=0)
 
     # After start-up: freeze the start-up heap out of the collector's walks, raise gen0's threshold
     # (0 keeps Python's 700). See service/gc_tuning.py for the measurements.

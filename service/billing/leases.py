@@ -6,6 +6,7 @@ so no advisory locks or extra infrastructure are needed.
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from sqlalchemy import update
@@ -45,3 +46,34 @@ async def release(sessions: SessionFactory, name: str, holder: str) -> None:
             .where(col(JobLease.name) == name, col(JobLease.holder) == holder)
             .values(expires_at=utcnow())
         )
+
+
+class LeaseLost(Exception):
+    """The lease expired and another holder has it now; the work under it should stop."""
+
+
+class HeldLease:
+    """A lease taken for a job that may outlast its term: `keep()` between the job's steps renews
+    it once half the term has passed, and raises `LeaseLost` if another holder took it meanwhile."""
+
+    def __init__(self, sessions: SessionFactory, name: str, holder: str, ttl: timedelta) -> None:
+        self._sessions = sessions
+        self._name = name
+        self._holder = holder
+        self._ttl = ttl
+        self._renew_at = 0.0
+
+    async def acquire(self) -> bool:
+        if not await try_acquire(self._sessions, self._name, self._holder, self._ttl):
+            return False
+        self._renew_at = time.monotonic() + self._ttl.total_seconds() / 2
+        return True
+
+    async def keep(self) -> None:
+        if time.monotonic() < self._renew_at:
+            return
+        if not await self.acquire():
+            raise LeaseLost(self._name)
+
+    async def release(self) -> None:
+        await release(self._sessions, self._name, self._holder)

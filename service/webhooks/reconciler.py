@@ -1,7 +1,9 @@
 """Reconciliation: read Stripe and repair whatever missed or mangled webhooks left wrong.
 
 It applies the same steps as the webhook processor (`StripeStateApplier`), each object in its own
-transaction, under a lease so that when every replica runs it only one does the work.
+transaction, under a lease so that when every replica runs it only one does the work. It is a
+background job beside latency-bound webhooks: it reads from Stripe only for checkouts our records
+do not already reflect, keeps to a pace (`Pace`), and renews its lease while a long run lasts.
 """
 
 from __future__ import annotations
@@ -10,36 +12,43 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
-from sqlmodel import select
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from service.billing.leases import release, try_acquire
-from service.billing.models import StripeCustomer
-from service.billing.stripe_fields import id_of
+from service.billing.leases import HeldLease, LeaseLost
+from service.billing.models import StripeCustomer, Subscription
+from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
 from service.paywall.bus import CompletionBus
+from service.paywall.models import Elicitation, ElicitationStatus
+from service.periodic import Pace
 from service.webhooks.applier import EventIgnored, FreshSubscription, Outcome, StripeStateApplier
 
 logger = logging.getLogger(__name__)
 
 LEASE_NAME = "stripe-reconcile"
 LEASE_TTL = timedelta(minutes=10)
+_IN_CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
 
 
 @dataclass
 class ReconcileReport:
     ran: bool = True
     checkouts: int = 0
+    # Of `checkouts`: already reflected here, or naming no elicitation of ours; not read again.
+    checkouts_current: int = 0
     subscriptions: int = 0
     repaired: int = 0
     ignored: int = 0
+    lease_lost: bool = False
 
 
 def lease_holder() -> str:
@@ -55,32 +64,52 @@ class Reconciler:
         bus: CompletionBus,
         *,
         lookback: timedelta = timedelta(days=3),
+        steps_per_second: float = 0,
+        lease_ttl: timedelta = LEASE_TTL,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
         self._applier = applier
         self._bus = bus
         self._lookback = lookback
-        self._holder = lease_holder()
+        self._pace = Pace(steps_per_second)
+        self._lease = HeldLease(sessions, LEASE_NAME, lease_holder(), lease_ttl)
 
     async def run(self) -> ReconcileReport:
-        if not await try_acquire(self._sessions, LEASE_NAME, self._holder, LEASE_TTL):
+        if not await self._lease.acquire():
             return ReconcileReport(ran=False)
+        report = ReconcileReport()
         try:
-            report = ReconcileReport()
             await self._checkouts(report)
             await self._subscriptions(report)
-            logger.info("stripe reconciliation: %s", report)
-            return report
+        except LeaseLost:
+            report.lease_lost = True
+            logger.warning("stripe reconciliation stopped: its lease expired and another process holds it")
         finally:
-            await release(self._sessions, LEASE_NAME, self._holder)
+            await self._lease.release()
+        logger.info("stripe reconciliation: %s", report)
+        return report
+
+    async def _next_step(self) -> None:
+        """Before each object that costs Stripe reads and a transaction: keep to the pace and
+        keep the lease (a long run renews it)."""
+        await self._pace.step()
+        await self._lease.keep()
 
     async def _checkouts(self, report: ReconcileReport) -> None:
         since = int(time.time() - self._lookback.total_seconds())
-        for checkout in await self._gateway.recent_checkout_sessions(since):
-            if checkout.mode != "subscription" or checkout.status not in ("complete", "expired"):
-                continue
+        checkouts = [
+            checkout
+            for checkout in await self._gateway.recent_checkout_sessions(since)
+            if checkout.mode == "subscription" and checkout.status in ("complete", "expired")
+        ]
+        unreflected = await self._unreflected(checkouts)
+        for checkout in checkouts:
             report.checkouts += 1
+            if checkout.id not in unreflected:
+                report.checkouts_current += 1
+                continue
+            await self._next_step()
             if checkout.status == "expired":
                 await self._apply(report, partial(self._applier.checkout_expired, checkout=checkout))
                 continue
@@ -104,6 +133,7 @@ class Reconciler:
         async with self._sessions() as session:
             customers = [row.customer_id for row in (await session.exec(select(StripeCustomer))).all()]
         for customer_id in customers:
+            await self._next_step()
             for subscription in await self._gateway.list_subscriptions(customer_id):
                 report.subscriptions += 1
                 step = partial(
@@ -114,6 +144,42 @@ class Reconciler:
                     reversal=await self._gateway.latest_payment_reversal(subscription),
                 )
                 await self._apply(report, step)
+
+    async def _unreflected(self, checkouts: list[Any]) -> set[str]:
+        """The ids of the checkouts whose outcome our records may lack, from two local reads.
+
+        A completed checkout needs applying while its elicitation is still open or its
+        subscription is not stored here (a stored one is bound to its customer, so the
+        subscription pass below re-reads it anyway); an expired one while it is its open
+        elicitation's current checkout. A checkout that names no elicitation of ours, or
+        someone else's, would be ignored after its Stripe reads: it is skipped before them.
+        """
+        elicitation_ids = {value for value in map(_elicitation_of, checkouts) if value is not None}
+        subscription_ids = {
+            value for value in (id_of(checkout.subscription) for checkout in checkouts) if value is not None
+        }
+        elicitations: dict[str, Elicitation] = {}
+        stored: set[str] = set()
+        async with self._sessions() as session:
+            for chunk in _chunks(sorted(elicitation_ids)):
+                rows = await session.exec(select(Elicitation).where(col(Elicitation.id).in_(chunk)))
+                elicitations.update((row.id, row) for row in rows.all())
+            for chunk in _chunks(sorted(subscription_ids)):
+                found = await session.exec(select(Subscription.id).where(col(Subscription.id).in_(chunk)))
+                stored.update(found.all())
+        unreflected: set[str] = set()
+        for checkout in checkouts:
+            elicitation = elicitations.get(_elicitation_of(checkout) or "")
+            if elicitation is None or elicitation.user_id != field_of(checkout.metadata, "user_id"):
+                continue
+            is_open = elicitation.status == ElicitationStatus.OPEN.value
+            if checkout.status == "expired":
+                needed = is_open and elicitation.checkout_session_id == checkout.id
+            else:
+                needed = is_open or id_of(checkout.subscription) not in stored
+            if needed:
+                unreflected.add(checkout.id)
+        return unreflected
 
     async def _apply(
         self, report: ReconcileReport, step: Callable[[AsyncSession], Awaitable[Outcome]]
@@ -129,3 +195,13 @@ class Reconciler:
             report.repaired += 1
         for change in outcome.changes:
             await self._bus.publish(change)
+
+
+def _elicitation_of(checkout: Any) -> str | None:
+    value = field_of(checkout.metadata, "elicitation_id")
+    return value if isinstance(value, str) else None
+
+
+def _chunks(values: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(values), _IN_CHUNK):
+        yield values[start : start + _IN_CHUNK]

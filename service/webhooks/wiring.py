@@ -34,6 +34,11 @@ def build_stripe_sync(
     return StripeSync(
         processor=WebhookProcessor(sessions, gateway, applier, bus),
         reconciler=Reconciler(
-            sessions, gateway, applier, bus, lookback=timedelta(days=settings.reconcile_lookback_days)
+            sessions,
+            gateway,
+            applier,
+            bus,
+            lookback=timedelta(days=settings.reconcile_lookback_days),
+            steps_per_second=settings.reconcile_steps_per_second,
         ),
     )

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from mcp import MCPError, UrlElicitationRequiredError
 
-from service.billing.leases import release, try_acquire
-from service.billing.models import Subscription
+from service.billing.leases import HeldLease, LeaseLost, release, try_acquire
+from service.billing.models import JobLease, Subscription
 from service.paywall.models import Elicitation
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.mcp_clients import ClientProbe, probed_client
-from tests.support.payment import pay
+from tests.support.payment import pay, pay_checkout_session
 from tests.support.servers import bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings, run_service_on
 from tests.support.subscriptions import PAID_ARGS, PAID_TOOL, can_use_paid_tool, paid_tool_url
@@ -61,6 +61,7 @@ async def test_reconciliation_grants_what_a_missed_webhook_would_have(
 
         report = await service.runtime.reconciler.run()
         assert report.ran and report.repaired >= 1
+        assert (report.checkouts, report.checkouts_current) == (1, 0), "the missed checkout is read"
         assert await probe.wait_for_completion() == elicitation.elicitation_id
         result = await client.call_tool(PAID_TOOL, PAID_ARGS)
     assert not result.is_error
@@ -69,6 +70,60 @@ async def test_reconciliation_grants_what_a_missed_webhook_would_have(
 
     again = await service.runtime.reconciler.run()
     assert again.repaired == 0, "a second pass finds nothing to repair"
+    assert (again.checkouts, again.checkouts_current) == (1, 1), "nor reads a reflected checkout again"
+    assert again.subscriptions == 1, "the subscription itself is still re-read through its customer"
+
+
+async def test_reconciliation_skips_checkouts_for_elicitations_it_does_not_have(
+    silent_stripe_service: RunningService,
+) -> None:
+    """Another service on the same Stripe account: its paid checkouts are not ours to apply."""
+    service = silent_stripe_service
+    gateway = service.runtime.stripe
+    price_id = await gateway.price_id(service.runtime.catalog.all()[0])
+    customer = await service.stripe.v1.customers.create_async(params={"description": "elsewhere"})
+    metadata = {"user_id": "usr_elsewhere", "elicitation_id": "el_elsewhere", "plan_id": "pro"}
+    checkout = await service.stripe.v1.checkout.sessions.create_async(
+        params={
+            "mode": "subscription",
+            "customer": customer.id,
+            "client_reference_id": "usr_elsewhere",
+            "line_items": [{"price": price_id, "quantity": 1}],
+            "metadata": metadata,
+            "success_url": "http://127.0.0.1:9/done",
+        }
+    )
+    await pay_checkout_session(service.stripe, checkout.id)
+
+    report = await service.runtime.reconciler.run()
+    assert (report.checkouts, report.checkouts_current) == (1, 1)
+    assert report.repaired == report.ignored == 0
+    assert await service.rows(Subscription) == []
+
+
+async def test_a_held_lease_renews_itself_between_steps(service: RunningService) -> None:
+    sessions = service.runtime.sessions
+    lease = HeldLease(sessions, "long-job", "replica-a", timedelta(0))  # due for renewal at once
+    assert await lease.acquire()
+    [before] = await service.rows(JobLease)
+    await lease.keep()
+    [after] = await service.rows(JobLease)
+    assert after.holder == "replica-a"
+    assert after.expires_at > before.expires_at, "renewed, not merely checked"
+
+
+async def test_a_held_lease_taken_over_meanwhile_stops_the_job(service: RunningService) -> None:
+    sessions = service.runtime.sessions
+    lease = HeldLease(sessions, "long-job", "replica-a", timedelta(0))  # expired as soon as taken
+    assert await lease.acquire()
+    assert await try_acquire(sessions, "long-job", "replica-b", timedelta(minutes=10))
+    with pytest.raises(LeaseLost):
+        await lease.keep()
+    [row] = await service.rows(JobLease)
+    assert row.holder == "replica-b"
+    await lease.release()
+    [row] = await service.rows(JobLease)
+    assert row.holder == "replica-b", "releasing a lost lease leaves the new holder's alone"
 
 
 async def test_reconciliation_revokes_what_a_missed_cancellation_left(
