@@ -27,6 +27,9 @@ SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle")
 # about one subscription overlap, as a checkout's half-dozen events do).
 WEBHOOK_CONCURRENCY = (8, 64)
 NOTIFY_SAMPLE_TIMEOUT = 10.0
+# Unmeasured samples first, per case, as every other scenario has its warm-up: a server's first
+# notice runs code paths (and compiles SQL) that no earlier scenario did, 35-150 ms instead of ~12.
+NOTIFY_WARMUP_SAMPLES = 2
 MODES = {
     # mode label -> (wire mode, server suffix)
     "legacy SSE": ("legacy", ""),
@@ -69,6 +72,7 @@ class Bench:
     targets: dict[str, Target] = field(default_factory=dict)
     postgres_names: list[str] = field(default_factory=list)
     sandbox: procs.Server | None = None
+    started: float = field(default_factory=time.monotonic)
 
     # -- servers ---------------------------------------------------------------------------
 
@@ -136,7 +140,9 @@ class Bench:
             else:
                 database_url = seed.sqlite_database(self.workdir, name)
             notify = (
-                options.notify_samples if name in ("paid", "paid-pg") and "notify" in options.scenarios else 0
+                options.notify_samples + NOTIFY_WARMUP_SAMPLES
+                if name in ("paid", "paid-pg") and "notify" in options.scenarios
+                else 0
             )
             if name == "paid-pg" and "paid-pg-b" in wanted:
                 notify *= 2  # the second half is for the cross-replica samples
@@ -381,7 +387,7 @@ class Bench:
             ("SQLite", "paid", "paid", slice(None), "one replica")
         ]
         if "paid-pg" in self.targets:
-            half = self.options.notify_samples
+            half = self.options.notify_samples + NOTIFY_WARMUP_SAMPLES
             both = "paid-pg-b" in self.targets
             cases.append(
                 ("PostgreSQL", "paid-pg", "paid-pg", slice(0, half if both else None), "one replica")
@@ -403,6 +409,7 @@ class Bench:
                     accounts,
                     DEV_WEBHOOK_SECRET,
                     self.stripe_api_base,
+                    self.started,
                 )
             )
             print(f"  notify {backend} {replicas}: {result}", flush=True)
@@ -419,7 +426,7 @@ class Bench:
                     note=f"target p99 <= {target_ms} ms; checkout.session.completed (3 Stripe reads in one "
                     "round trip: subscription, invoice payments, customer's charges; before the "
                     "transaction); webhook answered "
-                    f"p50 {fmt(result['post_p50_ms'], 2)} ms"
+                    f"p50 {fmt(result['post_p50_ms'], 2)} ms; slowest {', '.join(result['slowest'])}"
                     + (f"; {result['errors']} failed: {result['first_error']}" if result["errors"] else ""),
                 )
             )
@@ -499,9 +506,15 @@ class Bench:
 
 
 async def notification_latency(
-    port: int, hook_port: int, accounts: list[seed.Account], secret: str, stripe_api_base: str
+    port: int,
+    hook_port: int,
+    accounts: list[seed.Account],
+    secret: str,
+    stripe_api_base: str,
+    origin: float,
 ) -> dict[str, Any]:
-    """One sample per account (each becomes entitled by its sample), sequential, each bounded.
+    """One sample per account (each becomes entitled by its sample), sequential, each bounded; the
+    first NOTIFY_WARMUP_SAMPLES are not counted.
 
     Per sample, unmeasured: a legacy session and its GET stream on `port`, the paid call (-32042 with
     an elicitation id), then a real checkout in the sandbox for that elicitation, paid with the test
@@ -512,10 +525,11 @@ async def notification_latency(
 
     stripe = await seed.Stripe.connect(stripe_api_base)
     latencies: list[float] = []
+    when: list[tuple[float, float]] = []  # (latency, seconds since the bench started)
     post_times: list[float] = []
     errors: list[str] = []
     try:
-        for account in accounts:
+        for sample, account in enumerate(accounts):
             control, stream, hook = wire.Connection(port), wire.Connection(port), wire.Connection(hook_port)
             waiter: asyncio.Task[float] | None = None
             try:
@@ -558,12 +572,17 @@ async def notification_latency(
                             "Stripe-Signature": sign_webhook_payload(body, secret, int(time.time())),
                         }
                     )
+                    posted_at = time.monotonic() - origin
                     started = time.perf_counter()
                     response = await hook.request("POST", "/webhooks/stripe", hook_headers, body)
-                    post_times.append(time.perf_counter() - started)
+                    post_time = time.perf_counter() - started
                     if response.status != 200 or b'"applied"' not in response.body:
                         raise wire.WireError(f"webhook answered {response.status}: {response.body[:200]!r}")
-                    latencies.append(await waiter - started)
+                    latency = await waiter - started
+                    if sample >= NOTIFY_WARMUP_SAMPLES:
+                        latencies.append(latency)
+                        post_times.append(post_time)
+                        when.append((latency, posted_at))
             except (OSError, TimeoutError, wire.WireError, KeyError, ValueError, RuntimeError) as exc:
                 errors.append(repr(exc)[:200])
             except Exception as exc:  # a stripe-python error: count it, keep sampling
@@ -585,6 +604,8 @@ async def notification_latency(
         "p50_ms": pick(ordered, 0.5),
         "p99_ms": pick(ordered, 0.99),
         "post_p50_ms": pick(posts, 0.5),
+        # The slowest samples and when they were posted (bench seconds): lines a tail up with timers.
+        "slowest": [f"{latency * 1000:.1f} ms at {at:.1f} s" for latency, at in sorted(when)[-3:][::-1]],
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
     }

@@ -130,7 +130,12 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     )
     stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus)
     await stack.enter_async_context(
-        every(settings.reconcile_interval_seconds, stripe_sync.reconciler.run, name="stripe-reconciliation")
+        every(
+            settings.reconcile_interval_seconds,
+            stripe_sync.reconciler.run,
+            name="stripe-reconciliation",
+            jitter=0.1,
+        )
     )
     mcp = build_mcp_server(settings, oauth, sessions, external.verifier if external else None)
     register_billing_tools(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -12,15 +13,21 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.asynccontextmanager
-async def every(seconds: float, job: Callable[[], Awaitable[object]], *, name: str) -> AsyncIterator[None]:
-    """Runs `job` every `seconds` while the block runs (0 disables it); a failing run is logged, not fatal."""
+async def every(
+    seconds: float, job: Callable[[], Awaitable[object]], *, name: str, jitter: float = 0.0
+) -> AsyncIterator[None]:
+    """Runs `job` every `seconds` while the block runs (0 disables it); a failing run is logged, not fatal.
+
+    `jitter` (a fraction) stretches or shrinks each wait at random by up to that much, so that
+    processes started together, such as a deployment's replicas, do not run the job in step.
+    """
     if seconds <= 0:
         yield
         return
 
     async def loop() -> None:
         while True:
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(seconds * random.uniform(1 - jitter, 1 + jitter))  # noqa: S311 - not a secret
             try:
                 await job()
             except Exception:

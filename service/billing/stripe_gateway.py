@@ -8,7 +8,7 @@ customer or checkout session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -273,17 +273,34 @@ class StripeGateway:
                     return "refunded"
         return None
 
-    async def list_subscriptions(self, customer_id: str) -> list[stripe.Subscription]:
-        page = await self._client.v1.subscriptions.list_async(
-            params={"customer": customer_id, "status": "all", "limit": 100}
-        )
-        return [subscription async for subscription in page.auto_paging_iter()]
+    async def list_subscriptions(self, customer_id: str) -> list[StripeData]:
+        """All of the customer's subscriptions, in any status, as JSON."""
+        subscriptions: list[StripeData] = []
+        async for page in self._pages("/v1/subscriptions", customer=customer_id, status="all"):
+            subscriptions.extend(page)
+        return subscriptions
 
-    async def recent_checkout_sessions(self, created_since: int) -> list[stripe.checkout.Session]:
-        page = await self._client.v1.checkout.sessions.list_async(
-            params={"created": {"gte": created_since}, "limit": 100}
-        )
-        return [checkout async for checkout in page.auto_paging_iter()]
+    def recent_checkout_pages(self, created_since: int) -> AsyncGenerator[list[StripeData], None]:
+        """Checkout Sessions created since then, newest first, a page of up to 100 at a time, as JSON.
+
+        A page of 100 built as stripe-python objects costs about 100 ms of CPU in one piece
+        (measured on Stripe's own example session), holding up every request the event loop
+        serves meanwhile; as JSON it costs about 5 ms.
+        """
+        return self._pages("/v1/checkout/sessions", created={"gte": created_since})
+
+    async def _pages(self, path: str, **params: Any) -> AsyncGenerator[list[StripeData], None]:
+        """A list endpoint's pages (cursor pagination, 100 per page) as JSON."""
+        cursor: dict[str, str] = {}
+        while True:
+            page = await self._read(path, **params, **cursor, limit=100)
+            data: list[StripeData] = list(field_of(page, "data") or [])
+            if data:
+                yield data
+            last = id_of(data[-1]) if data else None
+            if not field_of(page, "has_more") or last is None:
+                return
+            cursor = {"starting_after": last}
 
     async def events_since(self, created_since: int) -> list[stripe.Event]:
         """Oldest first, the order Stripe created them in."""

@@ -8,6 +8,7 @@ do not already reflect, keeps to a pace (`Pace`), and renews its lease while a l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -16,7 +17,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
-from typing import Any
 
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -24,7 +24,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.billing.leases import HeldLease, LeaseLost
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.stripe_fields import field_of, id_of
-from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_gateway import StripeData, StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
 from service.paywall.bus import CompletionBus
@@ -98,36 +98,47 @@ class Reconciler:
 
     async def _checkouts(self, report: ReconcileReport) -> None:
         since = int(time.time() - self._lookback.total_seconds())
+        async with contextlib.aclosing(self._gateway.recent_checkout_pages(since)) as pages:
+            while True:
+                await self._next_step()  # each page is a Stripe read
+                page = await anext(pages, None)
+                if page is None:
+                    return
+                await self._checkout_page(report, page)
+
+    async def _checkout_page(self, report: ReconcileReport, page: list[StripeData]) -> None:
         checkouts = [
             checkout
-            for checkout in await self._gateway.recent_checkout_sessions(since)
-            if checkout.mode == "subscription" and checkout.status in ("complete", "expired")
+            for checkout in page
+            if field_of(checkout, "mode") == "subscription"
+            and field_of(checkout, "status") in ("complete", "expired")
         ]
         unreflected = await self._unreflected(checkouts)
         for checkout in checkouts:
             report.checkouts += 1
-            if checkout.id not in unreflected:
+            if field_of(checkout, "id") not in unreflected:
                 report.checkouts_current += 1
                 continue
             await self._next_step()
-            if checkout.status == "expired":
-                await self._apply(report, partial(self._applier.checkout_expired, checkout=checkout))
-                continue
-            subscription_id = id_of(checkout.subscription)
-            fresh = None
-            if subscription_id is not None:
-                subscription = await self._gateway.retrieve_subscription(subscription_id)
-                fresh = FreshSubscription(
-                    subscription, await self._gateway.latest_payment_reversal(subscription)
-                )
-            step = partial(
-                self._applier.checkout_completed,
-                checkout=checkout,
-                fresh=fresh,
-                observed_at=checkout.created,
-                source="reconciliation",
-            )
-            await self._apply(report, step)
+            await self._checkout(report, checkout)
+
+    async def _checkout(self, report: ReconcileReport, checkout: StripeData) -> None:
+        if field_of(checkout, "status") == "expired":
+            await self._apply(report, partial(self._applier.checkout_expired, checkout=checkout))
+            return
+        subscription_id = id_of(field_of(checkout, "subscription"))
+        fresh = None
+        if subscription_id is not None:
+            subscription = await self._gateway.retrieve_subscription(subscription_id)
+            fresh = FreshSubscription(subscription, await self._gateway.latest_payment_reversal(subscription))
+        step = partial(
+            self._applier.checkout_completed,
+            checkout=checkout,
+            fresh=fresh,
+            observed_at=field_of(checkout, "created"),
+            source="reconciliation",
+        )
+        await self._apply(report, step)
 
     async def _subscriptions(self, report: ReconcileReport) -> None:
         async with self._sessions() as session:
@@ -145,7 +156,7 @@ class Reconciler:
                 )
                 await self._apply(report, step)
 
-    async def _unreflected(self, checkouts: list[Any]) -> set[str]:
+    async def _unreflected(self, checkouts: list[StripeData]) -> set[str]:
         """The ids of the checkouts whose outcome our records may lack, from two local reads.
 
         A completed checkout needs applying while its elicitation is still open or its
@@ -156,7 +167,9 @@ class Reconciler:
         """
         elicitation_ids = {value for value in map(_elicitation_of, checkouts) if value is not None}
         subscription_ids = {
-            value for value in (id_of(checkout.subscription) for checkout in checkouts) if value is not None
+            value
+            for value in (id_of(field_of(checkout, "subscription")) for checkout in checkouts)
+            if value is not None
         }
         elicitations: dict[str, Elicitation] = {}
         stored: set[str] = set()
@@ -170,15 +183,17 @@ class Reconciler:
         unreflected: set[str] = set()
         for checkout in checkouts:
             elicitation = elicitations.get(_elicitation_of(checkout) or "")
-            if elicitation is None or elicitation.user_id != field_of(checkout.metadata, "user_id"):
+            metadata = field_of(checkout, "metadata")
+            if elicitation is None or elicitation.user_id != field_of(metadata, "user_id"):
                 continue
             is_open = elicitation.status == ElicitationStatus.OPEN.value
-            if checkout.status == "expired":
-                needed = is_open and elicitation.checkout_session_id == checkout.id
+            checkout_id = field_of(checkout, "id")
+            if field_of(checkout, "status") == "expired":
+                needed = is_open and elicitation.checkout_session_id == checkout_id
             else:
-                needed = is_open or id_of(checkout.subscription) not in stored
-            if needed:
-                unreflected.add(checkout.id)
+                needed = is_open or id_of(field_of(checkout, "subscription")) not in stored
+            if needed and isinstance(checkout_id, str):
+                unreflected.add(checkout_id)
         return unreflected
 
     async def _apply(
@@ -197,8 +212,8 @@ class Reconciler:
             await self._bus.publish(change)
 
 
-def _elicitation_of(checkout: Any) -> str | None:
-    value = field_of(checkout.metadata, "elicitation_id")
+def _elicitation_of(checkout: StripeData) -> str | None:
+    value = field_of(field_of(checkout, "metadata"), "elicitation_id")
     return value if isinstance(value, str) else None
 
 

@@ -1,8 +1,10 @@
-"""`Pace`: a token bucket for background jobs, driven by a clock the test moves."""
+"""Background jobs: `Pace`, a token bucket driven here by a clock the test moves, and `every`."""
 
 from __future__ import annotations
 
-from service.periodic import Pace
+import asyncio
+
+from service.periodic import Pace, every
 
 
 class FakeTime:
@@ -61,3 +63,19 @@ async def test_zero_means_unpaced() -> None:
     for _ in range(1000):
         await pace.step()
     assert time.sleeps == []
+
+
+async def test_every_keeps_running_a_jittered_job() -> None:
+    runs = 0
+    third = asyncio.Event()
+
+    async def job() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 3:
+            third.set()
+
+    async with every(0.001, job, name="test-job", jitter=1.0):  # waits anywhere in 0..2 ms
+        async with asyncio.timeout(5):
+            await third.wait()
+    assert runs >= 3
