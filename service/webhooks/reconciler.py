@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -36,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 LEASE_NAME = "stripe-reconcile"
 LEASE_TTL = timedelta(minutes=10)
-_IN_CHUNK = 500  # ids per IN (...) list, well under SQLite's bound-parameter limit
 
 
 @dataclass
@@ -157,7 +156,8 @@ class Reconciler:
                 await self._apply(report, step)
 
     async def _unreflected(self, checkouts: list[StripeData]) -> set[str]:
-        """The ids of the checkouts whose outcome our records may lack, from two local reads.
+        """The ids of the checkouts (one listed page, at most 100) whose outcome our records may
+        lack, from two local reads.
 
         A completed checkout needs applying while its elicitation is still open or its
         subscription is not stored here (a stored one is bound to its customer, so the
@@ -165,33 +165,32 @@ class Reconciler:
         elicitation's current checkout. A checkout that names no elicitation of ours, or
         someone else's, would be ignored after its Stripe reads: it is skipped before them.
         """
-        elicitation_ids = {value for value in map(_elicitation_of, checkouts) if value is not None}
-        subscription_ids = {
-            value
-            for value in (id_of(field_of(checkout, "subscription")) for checkout in checkouts)
-            if value is not None
-        }
-        elicitations: dict[str, Elicitation] = {}
-        stored: set[str] = set()
+        named = [
+            (checkout, _elicitation_of(checkout), id_of(field_of(checkout, "subscription")))
+            for checkout in checkouts
+        ]
+        elicitation_ids = {elicitation_id for _, elicitation_id, _ in named if elicitation_id is not None}
+        subscription_ids = {subscription_id for _, _, subscription_id in named if subscription_id is not None}
         async with self._sessions() as session:
-            for chunk in _chunks(sorted(elicitation_ids)):
-                rows = await session.exec(select(Elicitation).where(col(Elicitation.id).in_(chunk)))
-                elicitations.update((row.id, row) for row in rows.all())
-            for chunk in _chunks(sorted(subscription_ids)):
-                found = await session.exec(select(Subscription.id).where(col(Subscription.id).in_(chunk)))
-                stored.update(found.all())
+            rows = await session.exec(select(Elicitation).where(col(Elicitation.id).in_(elicitation_ids)))
+            elicitations = {row.id: row for row in rows.all()}
+            found = await session.exec(
+                select(Subscription.id).where(col(Subscription.id).in_(subscription_ids))
+            )
+            stored = set(found.all())
         unreflected: set[str] = set()
-        for checkout in checkouts:
-            elicitation = elicitations.get(_elicitation_of(checkout) or "")
-            metadata = field_of(checkout, "metadata")
-            if elicitation is None or elicitation.user_id != field_of(metadata, "user_id"):
+        for checkout, elicitation_id, subscription_id in named:
+            elicitation = elicitations.get(elicitation_id or "")
+            if elicitation is None or elicitation.user_id != field_of(
+                field_of(checkout, "metadata"), "user_id"
+            ):
                 continue
             is_open = elicitation.status == ElicitationStatus.OPEN.value
             checkout_id = field_of(checkout, "id")
             if field_of(checkout, "status") == "expired":
                 needed = is_open and elicitation.checkout_session_id == checkout_id
             else:
-                needed = is_open or id_of(field_of(checkout, "subscription")) not in stored
+                needed = is_open or subscription_id not in stored
             if needed and isinstance(checkout_id, str):
                 unreflected.add(checkout_id)
         return unreflected
@@ -215,8 +214,3 @@ class Reconciler:
 def _elicitation_of(checkout: StripeData) -> str | None:
     value = field_of(field_of(checkout, "metadata"), "elicitation_id")
     return value if isinstance(value, str) else None
-
-
-def _chunks(values: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(values), _IN_CHUNK):
-        yield values[start : start + _IN_CHUNK]
