@@ -114,6 +114,7 @@ class Bench:
             env = {"BENCH_JSON": "1" if name.endswith("-json") else "0"}
             if name.startswith("bare"):
                 env["BENCH_KIND"] = "bare-auth" if name.startswith("bare-auth") else "bare"
+                env["PYTHONPATH"] = procs.WITHOUT_SNIFFIO
                 token = STATIC_TOKEN if name.startswith("bare-auth") else None
                 pending.append((name, port, env))
                 self.targets[name] = Target(server=None, token=token)  # type: ignore[arg-type]

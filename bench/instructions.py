@@ -58,8 +58,10 @@ async def count_windows(shim: ctypes.CDLL, mode: str, calls: int, names: list[st
         if "paid" in names:
             apps["paid"] = await profile_call.paid_app(Path(workdir))
         lifespans = [await profile_call.lifespan(app) for app, _ in apps.values()]
+        own_process = profile_call.OwnProcess()
         for name in names:
             app, token = apps[name]
+            own_process.enter(name)
             headers = await profile_call.caller_headers(app, token, mode)
             for window in ("warm", "counted"):
                 gc.collect()

@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 5.0
 GENERATOR_TIMEOUT_MARGIN = 90.0
+# First on the bare servers' PYTHONPATH: a `sniffio` that fails to import (see the module).
+WITHOUT_SNIFFIO = os.pathsep.join(
+    filter(None, [str(ROOT / "bench" / "without_sniffio"), os.environ.get("PYTHONPATH")])
+)
 
 _children: list[subprocess.Popen[Any]] = []
 

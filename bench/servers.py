@@ -2,7 +2,9 @@
 
     uvicorn bench.servers:create --factory   (configured by BENCH_* environment variables)
 
-- `bare`: a plain `mcp` `MCPServer` with the same `ascii_chart` function, no auth, no paywall.
+- `bare`: a plain `mcp` `MCPServer` with the same `ascii_chart` function, no auth, no paywall, in a
+  process where sniffio cannot be imported, as where `pip install mcp` alone installed the SDK
+  (`bench/without_sniffio`; our service depends on sniffio, so the bench's environment has it).
 - `bare-auth`: the same with a static bearer-token verifier (a dict lookup): separates the cost of
   authentication from the cost of the paywall.
 - `paid`: our service, `service.app.create_app(Settings(...))`, unchanged (settings from
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from mcp.server import MCPServer
@@ -76,10 +79,11 @@ def sandbox_app() -> Any:
 
 def create() -> Any:
     kind = os.environ["BENCH_KIND"]
-    if kind == "bare":
-        return bare_app(with_auth=False)
-    if kind == "bare-auth":
-        return bare_app(with_auth=True)
+    if kind in ("bare", "bare-auth"):
+        app = bare_app(with_auth=kind == "bare-auth")
+        if "sniffio" in sys.modules:
+            raise RuntimeError("a bare SDK server runs without sniffio: see bench.procs.WITHOUT_SNIFFIO")
+        return app
     if kind == "paid":
         return paid_app()
     if kind == "sandbox":

@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.anyio_cycle_fix import installed_fix
+from service.async_library import declared_asyncio
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
@@ -29,7 +30,7 @@ from service.identity.oidc.endpoints import router as oidc_router
 from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
 from service.mcp_server.billing_tools import register_billing_tools
-from service.mcp_server.server import build_mcp_app, build_mcp_server
+from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
 from service.observability.elicitation_events import observe_elicitations
 from service.observability.exposition import router as metrics_router
 from service.observability.metrics import ServiceMetrics
@@ -198,25 +199,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     mcp_mount = LateBoundApp()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
+            stack.enter_context(declared_asyncio())
             if settings.anyio_cycle_fix:
                 stack.enter_context(installed_fix())
             app.state.runtime = await _start_runtime(settings, stack)
             mcp = app.state.runtime.mcp
-            mcp_app = build_mcp_app(mcp, settings)
+            mcp_http = build_mcp_app(mcp, settings)
             # Inside the MCP app's own error middleware, which would otherwise answer 500 first.
-            mcp_app.add_middleware(DatabaseUnavailableMiddleware)
+            mcp_http.app.add_middleware(DatabaseUnavailableMiddleware)
             await stack.enter_async_context(mcp.session_manager.run())
-            mcp_mount.app = mcp_app
+            mcp_mount.app = mcp_http.app
             stack.callback(setattr, mcp_mount, "app", None)
+            # Tool calls skip FastAPI and the SDK app's shell; they still get a request id and an
+            # access line. Outside the lifespan `/mcp` goes the long way, to `mcp_mount`'s 503.
+            app.fast_paths[MCP_PATH] = RequestContextMiddleware(mcp_http.endpoint)
+            stack.callback(app.fast_paths.pop, MCP_PATH, None)
             if settings.gc_freeze:
                 stack.enter_context(tuned_gc(settings.gc_gen0_threshold))
             yield
 
     app = ServiceApp(
-        # Tool calls skip FastAPI's own layers; they still get a request id and an access line.
-        fast_paths={"/mcp": RequestContextMiddleware(mcp_mount)},
         title=settings.mcp_server_name,
         lifespan=lifespan,
         docs_url=None,

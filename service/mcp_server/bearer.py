@@ -12,16 +12,20 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections.abc import Callable
 
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware, auth_context_var
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from pydantic import AnyHttpUrl, ValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.authentication import AuthCredentials, UnauthenticatedUser
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.web.database_unavailable import unavailable_answer
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +35,8 @@ _BEARER = "bearer "
 class BearerAuthentication:
     """Verifies the bearer token, then sets `scope["auth"]`, `scope["user"]` and the SDK's
     `auth_context_var`, exactly as the SDK's middleware pair does. Requests without a valid token
-    pass on unauthenticated: the SDK's `RequireAuthMiddleware` on `/mcp` answers them 401."""
+    pass on unauthenticated: the SDK's `RequireAuthMiddleware` on `/mcp` answers them 401. A token
+    that cannot be checked because the database is down is answered 503 here."""
 
     def __init__(
         self, app: ASGIApp, *, verifier: TokenVerifier, resource_server_url: AnyHttpUrl | str | None
@@ -46,7 +51,15 @@ class BearerAuthentication:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        token = await self._verified_token(scope)
+        try:
+            token = await self._verified_token(scope)
+        except DBAPIError as exc:
+            # The token store cannot be reached: 503 (come back later), not 401 (get a new token).
+            answer = unavailable_answer(exc)
+            if answer is None:
+                raise
+            await answer(scope, receive, send)
+            return
         if token is None:
             scope["auth"], scope["user"] = AuthCredentials(), UnauthenticatedUser()
             await self.app(scope, receive, send)
@@ -92,9 +105,11 @@ def _same_resource(resource: str, expected: str) -> bool:
     return parsed.removesuffix("/") == str(AnyHttpUrl(expected)).removesuffix("/")
 
 
-def use_single_layer_auth(app: Starlette) -> None:
+def use_single_layer_auth(app: Starlette) -> Callable[[ASGIApp], BearerAuthentication]:
     """Swap the SDK app's authentication pair for `BearerAuthentication`, with the same verifier
-    and resource check. Fails loudly if the SDK's app is no longer built the way this expects."""
+    and resource check. Fails loudly if the SDK's app is no longer built the way this expects.
+
+    Returns the layer's factory, to put the same check around an endpoint outside the app."""
     stack = app.user_middleware
     kinds: list[object] = [entry.cls for entry in stack]
     if AuthenticationMiddleware not in kinds or AuthContextMiddleware not in kinds:
@@ -105,10 +120,10 @@ def use_single_layer_auth(app: Starlette) -> None:
     backend = stack[at].kwargs["backend"]
     if not isinstance(backend, BearerAuthBackend):
         raise RuntimeError(f"unexpected authentication backend {type(backend).__name__}")
-    stack[at : at + 2] = [
-        Middleware(
-            BearerAuthentication,
-            verifier=backend.token_verifier,
-            resource_server_url=backend.resource_server_url,
-        )
-    ]
+    verifier, resource = backend.token_verifier, backend.resource_server_url
+    stack[at : at + 2] = [Middleware(BearerAuthentication, verifier=verifier, resource_server_url=resource)]
+
+    def around(inner: ASGIApp) -> BearerAuthentication:
+        return BearerAuthentication(inner, verifier=verifier, resource_server_url=resource)
+
+    return around

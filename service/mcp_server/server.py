@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server import MCPServer
@@ -9,11 +10,13 @@ from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, Re
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import use_single_layer_auth
+from service.mcp_server.endpoint import sdk_endpoint
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.sdk_trims import check_only_declared_headers, drop_otel_spans
 from service.settings import Settings
@@ -75,9 +78,20 @@ def build_mcp_server(
     return server
 
 
-def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
+MCP_PATH = "/mcp"
+
+
+@dataclass(frozen=True)
+class McpHttp:
+    """The SDK's Streamable HTTP app, and its `/mcp` endpoint on its own for the tool-call fast path."""
+
+    app: Starlette  # every route the SDK serves: OAuth endpoints, metadata documents, `/mcp`
+    endpoint: ASGIApp  # `/mcp` alone: the same authentication, without the app's shell
+
+
+def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
     app = server.streamable_http_app(
-        streamable_http_path="/mcp",
+        streamable_http_path=MCP_PATH,
         json_response=settings.mcp_json_response,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -86,8 +100,5 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> Starlette:
         ),
         host=settings.host,
     )
-    use_single_layer_auth(app)
-    # Tool calls first: the SDK lists /mcp after its OAuth routes, whose patterns every call
-    # would otherwise try. The paths are distinct, so the order decides nothing else.
-    app.router.routes.sort(key=lambda route: getattr(route, "path", None) != "/mcp")
-    return app
+    authenticated = use_single_layer_auth(app)
+    return McpHttp(app=app, endpoint=authenticated(sdk_endpoint(app, MCP_PATH)))

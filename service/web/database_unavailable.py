@@ -6,7 +6,6 @@ the truth when the database is down.
 
 from __future__ import annotations
 
-import json
 import logging
 
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -20,13 +19,28 @@ RETRY_AFTER_SECONDS = "5"
 UNAVAILABLE_BODY = {"error": "service_unavailable", "error_description": "database unavailable"}
 
 
-async def database_unavailable(request: Request, exc: Exception) -> Response:
-    """The FastAPI exception handler twin of the middleware, for the service's own routes."""
+def unavailable_answer(exc: BaseException) -> Response | None:
+    """The 503 for an error that means the database cannot be reached; None for any other error."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return None
     logger.warning("database unavailable: %s", type(getattr(exc, "orig", exc)).__name__)
     return JSONResponse(UNAVAILABLE_BODY, status_code=503, headers={"Retry-After": RETRY_AFTER_SECONDS})
 
 
+async def database_unavailable(request: Request, exc: Exception) -> Response:
+    """The FastAPI exception handler twin of the middleware, for the service's own routes."""
+    answer = unavailable_answer(exc)
+    if answer is None:
+        raise exc
+    return answer
+
+
 class DatabaseUnavailableMiddleware:
+    """For apps whose routes have no exception handlers of ours (the SDK's OAuth endpoints).
+
+    `/mcp` does not need it: of its work only the bearer check reads the database outside the SDK's
+    own error handling, and `BearerAuthentication` answers that failure itself."""
+
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
@@ -45,18 +59,7 @@ class DatabaseUnavailableMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except DBAPIError as exc:
-            if started or not isinstance(exc, OperationalError | InterfaceError):
+            answer = None if started else unavailable_answer(exc)
+            if answer is None:
                 raise
-            logger.warning("database unavailable: %s", type(exc.orig).__name__)
-            body = json.dumps(UNAVAILABLE_BODY)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 503,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"retry-after", RETRY_AFTER_SECONDS.encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body.encode()})
+            await answer(scope, receive, send)
