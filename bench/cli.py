@@ -18,7 +18,7 @@ from typing import Any
 
 from bench import procs, seed, wire
 from bench.interleaved import slice_seconds
-from bench.report import Report, Row, fmt, machine, median, ratio_of, ratio_spread, summarize
+from bench.report import Report, Row, fmt, machine, median, ratio_interval, ratio_of, ratio_spread, summarize
 from bench.servers import STATIC_TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
@@ -271,6 +271,7 @@ class Bench:
         if base == "paid" and suffix:
             notes.append("MCP_JSON_RESPONSE=true")
         if base != "bare":
+            notes.append(f"90% interval vs bare: {ratio_interval(cycles[base], cycles['bare'])}")
             notes.append(f"cycles vs bare: {ratio_spread(cycles[base], cycles['bare'])}")
         if measured["errors"]:
             notes.insert(0, f"{measured['errors']} errors, first: {measured['first_error']}")
