@@ -194,7 +194,7 @@ class LateBoundApp:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> ServiceApp:
     settings = settings or Settings()
     mcp_mount = LateBoundApp()
 

@@ -20,7 +20,6 @@ async def post_mcp(app: ServiceApp) -> httpx.Response:
 async def test_the_fast_path_exists_only_while_the_service_runs(database_url: str) -> None:
     sock = bound_socket()
     app = create_app(make_settings(database_url, port_of(sock)))
-    assert isinstance(app, ServiceApp)
 
     before = await post_mcp(app)
     async with serve(app, sock) as base_url, httpx.AsyncClient(base_url=base_url) as http:
