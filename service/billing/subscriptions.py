@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import Table, bindparam
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -62,7 +63,7 @@ def plan_of(subscription: Mapping[str, Any], catalog: PlanCatalog) -> str | None
 # session.info keys: what the current transaction already read and locked, so applying many Stripe
 # objects in one transaction costs two queries up front instead of two per object.
 _LOCKED_SUBSCRIPTIONS = "billing.locked_subscriptions"
-_CUSTOMER_OWNERS = "billing.customer_owners"
+_CUSTOMER_OWNERS_KEY = "billing.customer_owners"
 
 
 def _known(session: AsyncSession, key: str) -> dict[str, Any]:
@@ -76,6 +77,20 @@ def _known(session: AsyncSession, key: str) -> dict[str, Any]:
     return known
 
 
+# Built once and reused: SQLAlchemy memoizes a statement's cache key on the object, so each batch
+# skips constructing and keying them (about 0.3 ms a batch together, measured against PostgreSQL).
+_LOCK_SUBSCRIPTIONS = (
+    select(Subscription)
+    .where(col(Subscription.id).in_(bindparam("subscription_ids", expanding=True)))
+    .order_by(col(Subscription.id))
+    .with_for_update()
+)
+_CUSTOMER_TABLE: Table = StripeCustomer.__table__  # type: ignore[attr-defined]
+_CUSTOMER_OWNERS = select(_CUSTOMER_TABLE.c.customer_id, _CUSTOMER_TABLE.c.user_id).where(
+    _CUSTOMER_TABLE.c.customer_id.in_(bindparam("customer_ids", expanding=True))
+)
+
+
 async def lock_for_apply(
     session: AsyncSession, subscription_ids: Iterable[str], customer_ids: Iterable[str]
 ) -> None:
@@ -83,12 +98,7 @@ async def lock_for_apply(
     and read who owns the customers, for `apply_subscription` calls later in this transaction."""
     wanted = sorted({subscription_id for subscription_id in subscription_ids if subscription_id})
     if wanted:
-        rows = await session.exec(
-            select(Subscription)
-            .where(col(Subscription.id).in_(wanted))
-            .order_by(col(Subscription.id))
-            .with_for_update()
-        )
+        rows = await session.exec(_LOCK_SUBSCRIPTIONS, params={"subscription_ids": wanted})
         # Held here, not only in the identity map, which forgets unmodified objects nobody holds.
         # A subscription new to us is remembered as absent: inserting it later in this transaction
         # either succeeds or fails on its key (a concurrent insert), never silently duplicates it.
@@ -97,16 +107,17 @@ async def lock_for_apply(
         locked.update((row.id, row) for row in rows.all())
     customers = sorted(set(customer_ids))
     if customers:
-        found = await session.exec(
-            select(StripeCustomer).where(col(StripeCustomer.customer_id).in_(customers))
-        )
-        owners = _known(session, _CUSTOMER_OWNERS)
+        if session.new or session.dirty:
+            await session.flush()  # the owners are read on the connection, past the ORM's autoflush
+        connection = await session.connection()
+        found = await connection.execute(_CUSTOMER_OWNERS, {"customer_ids": customers})
+        owners = _known(session, _CUSTOMER_OWNERS_KEY)
         owners.update(dict.fromkeys(customers))  # unbound so far; `bind_customer` may bind one
-        owners.update((row.customer_id, row.user_id) for row in found.all())
+        owners.update((customer_id, user_id) for customer_id, user_id in found.all())
 
 
 async def user_for_customer(session: AsyncSession, customer_id: str) -> str | None:
-    owners = _known(session, _CUSTOMER_OWNERS)
+    owners = _known(session, _CUSTOMER_OWNERS_KEY)
     if customer_id in owners:
         known: str | None = owners[customer_id]
         return known
@@ -120,7 +131,7 @@ async def user_for_customer(session: AsyncSession, customer_id: str) -> str | No
 def bind_customer(session: AsyncSession, user_id: str, customer_id: str) -> None:
     """Record that `customer_id` is `user_id`'s Stripe customer (flushed with the transaction)."""
     session.add(StripeCustomer(user_id=user_id, customer_id=customer_id))
-    _known(session, _CUSTOMER_OWNERS)[customer_id] = user_id
+    _known(session, _CUSTOMER_OWNERS_KEY)[customer_id] = user_id
 
 
 async def locked_subscription(session: AsyncSession, subscription_id: str) -> Subscription | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from sqlalchemy import update
+from sqlalchemy import Table, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
@@ -58,19 +58,28 @@ def _lock_key(fresh: FreshSubscription | None) -> str:
     return subscription_id if isinstance(subscription_id, str) else ""
 
 
+_EVENT_TABLE: Table = StripeEvent.__table__  # type: ignore[attr-defined]
+# Built once: SQLAlchemy memoizes a statement's cache key on the object, so a reused statement
+# skips constructing the clause and keying it on every batch. One per dialect (ON CONFLICT).
+_CLAIM_STATEMENTS = {
+    "postgresql": postgresql_insert(_EVENT_TABLE)
+    .on_conflict_do_nothing(index_elements=["id"])
+    .returning(_EVENT_TABLE.c.id),
+    "sqlite": sqlite_insert(_EVENT_TABLE)
+    .on_conflict_do_nothing(index_elements=["id"])
+    .returning(_EVENT_TABLE.c.id),
+}
+
+
 async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventData]) -> set[str]:
     """Insert the events' rows, skipping ids already stored; the ids this transaction claimed.
 
     A concurrent transaction inserting the same id makes this one wait for its outcome, so an
     id is never claimed twice.
     """
-    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    connection = await session.connection()
+    statement = _CLAIM_STATEMENTS[connection.dialect.name]
     received_at = utcnow()
-    # One cached statement run with many parameter sets (SQLAlchemy sends them as one multi-row
-    # INSERT), rather than a statement built for each batch with every value inlined.
-    statement = (
-        insert(StripeEvent).on_conflict_do_nothing(index_elements=["id"]).returning(col(StripeEvent.id))
-    )
     rows = [
         {
             "id": event.id,
@@ -83,7 +92,10 @@ async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventDat
         }
         for event in events
     ]
-    result = await session.exec(statement, params=rows)
+    # On the transaction's connection, not through the ORM, which would route the rows through its
+    # bulk-persistence machinery (about 0.35 ms a batch) for a table it holds no objects of. One
+    # statement with many parameter sets: SQLAlchemy sends them as one multi-row INSERT.
+    result = await connection.execute(statement, rows)
     return set(result.scalars())
 
 
