@@ -53,6 +53,7 @@ from service.web.database_unavailable import DatabaseUnavailableMiddleware, data
 from service.web.fast_path import ServiceApp
 from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
+from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
 from service.webhooks.endpoints import router as webhook_router
 from service.webhooks.wiring import build_stripe_sync
 
@@ -216,6 +217,10 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
             # access line. Outside the lifespan `/mcp` goes the long way, to `mcp_mount`'s 503.
             app.fast_paths[MCP_PATH] = RequestContextMiddleware(mcp_http.endpoint)
             stack.callback(app.fast_paths.pop, MCP_PATH, None)
+            app.fast_paths[WEBHOOK_PATH] = RequestContextMiddleware(
+                SecurityHeadersMiddleware(WebhookEndpoint(), hsts=not settings.is_development)
+            )
+            stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
             if settings.gc_freeze:
                 stack.enter_context(tuned_gc(settings.gc_gen0_threshold))
             yield

@@ -1,4 +1,5 @@
-"""The app class whose tool calls skip FastAPI: `/mcp` requests go straight to the MCP app.
+"""The app class whose hot paths skip FastAPI: `/mcp` requests go straight to the MCP app, Stripe's
+webhook deliveries straight to their endpoint.
 
 Every tool call is one request to `/mcp`. FastAPI would first ask OpenTelemetry whether anyone is
 listening (three provider lookups, each reading the environment), then run its error, telemetry
@@ -27,6 +28,7 @@ class ServiceApp(FastAPI):
         if scope["type"] == "http":
             target = self.fast_paths.get(scope["path"])
             if target is not None:
+                scope["app"] = self  # as Starlette sets it: `request.app` reaches the runtime
                 await target(scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
