@@ -6,7 +6,6 @@ import time
 import stripe
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -82,7 +81,8 @@ class WebhookEndpoint:
         else:
             try:
                 response = await stripe_webhook(Request(scope, receive))
-            except (OperationalError, InterfaceError) as exc:
+            except Exception as exc:
+                # `unavailable_answer` owns which errors mean the database is down.
                 response = unavailable_answer(exc)
                 if response is None:
                     raise
