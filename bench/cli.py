@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs, seed, wire
-from bench.interleaved import slice_seconds
+from bench.interleaved import cycle_count, slice_seconds
 from bench.report import Report, Row, fmt, machine, median, ratio_interval, ratio_of, ratio_spread, summarize
 from bench.servers import STATIC_TOKEN
 
@@ -238,7 +238,8 @@ class Bench:
                         "warmup": options.warmup,
                         "slice": options.slice,
                         "cycles": options.cycles,
-                        "bound": len(names) * (options.warmup + options.cycles * (slice_bound + 1.0)),
+                        "bound": len(names)
+                        * (options.warmup + cycle_count(options.cycles, concurrency) * (slice_bound + 1.0)),
                         "targets": [
                             {
                                 "name": name,
@@ -619,7 +620,10 @@ def parse_options(argv: list[str]) -> Options:
     parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per round")
     parser.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each round")
     parser.add_argument(
-        "--cycles", type=int, default=20, help="throughput: turns of bare, bare-auth, paid (default 20)"
+        "--cycles",
+        type=int,
+        default=21,
+        help="throughput: turns of bare, bare-auth, paid, rotated (default 21; 4x at c=1, at half the slice)",
     )
     parser.add_argument("--slice", type=float, default=0.5, help="throughput: seconds per server per turn")
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated (default 1,16,64)")
@@ -660,6 +664,8 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join([".venv/bin/python", "-m", "bench", *argv])
     settings = (
         f"throughput: {options.cycles} cycles x {options.slice:g} s slices per server "
+        f"(c=1: {cycle_count(options.cycles, 1)} x {slice_seconds(options.slice, 1):g} s; "
+        f"c=64: {slice_seconds(options.slice, 64):g} s) "
         f"(+{options.warmup:g} s warm-up); other scenarios: {options.rounds} rounds x "
         f"{options.duration:g} s (+{options.warmup:g} s warm-up); "
         f"concurrency {','.join(map(str, options.concurrency))}, scenarios {','.join(options.scenarios)}"

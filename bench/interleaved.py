@@ -4,16 +4,19 @@ A cloud vCPU does not run at one speed. On the 2-core AMD EPYC machine of 2026-1
 same Python loop took 34 ms or 18 ms per run, switching between the two every one to three seconds
 (a busy hyperthread sibling, most likely). Windows of a few seconds per server, one server after
 another, then compare servers that ran at different speeds: per-round ratios of identical servers
-spread from 0.6x to 1.3x. Here every server gets a short slice in turn (bare, bare-auth, paid;
-then the reverse), many times over, so the servers compared within a cycle ran at nearly the same
-speed, and the ratio reported is the median over cycles.
+spread from 0.6x to 1.3x. Here every server gets a short slice in turn, the order rotated by one
+place per cycle (bare, bare-auth, paid; bare-auth, paid, bare; paid, bare, bare-auth), many times
+over, so the servers compared within a cycle ran at nearly the same speed, and the ratio reported
+is the median over cycles. (Until 2026-12-01 the order was reversed every other cycle, so bare
+and paid each followed themselves every other cycle and bare-auth never did.)
 
 Each target keeps `concurrency` open connections (a legacy session each) for the whole run. In a
 slice all of them call as fast as answers come back. Calls that finish inside the slice count,
 from the moment every connection has had its first answer (or from the slice's second half,
 whichever comes first). When the slice ends the workers stop sending and wait for the calls in
 flight, uncounted, so the next server's slice starts on a quiet machine. Slices are `slice`
-seconds, longer above 32 connections (1 s at 64 by default).
+seconds, longer above 32 connections (1 s at 64 by default); at c=1 there are four times the
+cycles at half the slice (`cycle_count`).
 """
 
 from __future__ import annotations
@@ -30,9 +33,23 @@ SETUP_TIMEOUT = 120.0
 DRAIN_TIMEOUT = 30.0
 
 
+LONE_CALLER_CYCLES = 4
+
+
 def slice_seconds(slice_: float, concurrency: int) -> float:
-    """Long enough at high concurrency that a slice is mostly steady state, not ramp-up."""
+    """Long enough at high concurrency that a slice is mostly steady state, not ramp-up; at c=1,
+    half as long, so the servers compared in a cycle ran closer together in time."""
+    if concurrency == 1:
+        return slice_ / 2
     return slice_ * max(1.0, concurrency / 32)
+
+
+def cycle_count(cycles: int, concurrency: int) -> int:
+    """At c=1 a server's rate is one call's latency, which a change of machine speed moves in
+    full, and the paywall's share of a call is largest: four times the cycles (at half the slice,
+    twice the time). Measured with three identical bare servers, the medians of 20 cycles x 0.5 s
+    read 0.95x-1.12x of each other from run to run; of 84 x 0.25 s, 0.995x-1.035x."""
+    return cycles * LONE_CALLER_CYCLES if concurrency == 1 else cycles
 
 
 @dataclass
@@ -53,6 +70,14 @@ class Target:
         self.errors += 1
         if self.first_error is None:
             self.first_error = text[:300]
+
+
+def turn_order(targets: list[Target], cycle: int) -> list[Target]:
+    """The targets rotated by one place per cycle: over any len(targets) cycles in a row each takes
+    each place once, none ever follows itself (its caches warm from its own last slice), and for
+    every pair the slices between them add up to zero either way, so steady drift cancels."""
+    shift = cycle % len(targets)
+    return targets[shift:] + targets[:shift]
 
 
 async def _connect(target: Target, mode: str, concurrency: int) -> None:
@@ -129,8 +154,8 @@ async def run_interleaved(spec: dict[str, Any]) -> dict[str, Any]:
         await _slice(target, mode, marker, float(spec["warmup"]), measured=False)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     seconds = slice_seconds(float(spec["slice"]), concurrency)
-    for cycle in range(int(spec["cycles"])):
-        for target in targets if cycle % 2 == 0 else targets[::-1]:
+    for cycle in range(cycle_count(int(spec["cycles"]), concurrency)):
+        for target in turn_order(targets, cycle):
             await _slice(target, mode, marker, seconds, measured=True)
     generator_cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     for target in targets:

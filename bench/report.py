@@ -118,8 +118,15 @@ def ratio_of(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]
 
 
 def ratio_spread(numerators: list[dict[str, Any]], denominators: list[dict[str, Any]]) -> str:
-    """The per-round ratios behind `ratio_of`, lowest to highest: how much the machine moved."""
-    return " ".join(f"{pair:.2f}" for pair in sorted(round_ratios(numerators, denominators))) or "n/a"
+    """The per-round ratios behind `ratio_of`, lowest to highest: how much the machine moved.
+    Past 30 of them, the lowest, the deciles and the highest (`min d1..d9 max`)."""
+    pairs = sorted(round_ratios(numerators, denominators))
+    if len(pairs) > 30:
+        deciles = statistics.quantiles(pairs, n=10)
+        return f"{len(pairs)} cycles, min/deciles/max " + " ".join(
+            f"{value:.2f}" for value in (pairs[0], *deciles, pairs[-1])
+        )
+    return " ".join(f"{pair:.2f}" for pair in pairs) or "n/a"
 
 
 def ratio_interval(

@@ -47,6 +47,7 @@ from service.periodic import every
 from service.runtime import Runtime
 from service.settings import Settings
 from service.tool_packages import load_tools
+from service.tool_threads import ToolThreads
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
@@ -147,7 +148,9 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         public_base_url=settings.public_base_url,
         grace_seconds=settings.past_due_grace_seconds,
     )
-    toolset.install(mcp, paywall)
+    threads = ToolThreads(follow_loop_cpu=settings.tool_threads_follow_loop_cpu)
+    stack.callback(threads.close)
+    toolset.install(mcp, paywall, threads)
     await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
     return Runtime(

@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     # Rebuild anyio's TaskGroup._spawn so a cancelled child task leaves no reference cycle (every
     # legacy SSE tool call cancels two). See service/anyio_cycle_fix.py.
     anyio_cycle_fix: bool = True
+    # Wake the thread a sync tool runs in on the event loop's CPU when no other tool call is in a
+    # thread: waking an idle vCPU costs ~300 us on cloud VMs. See service/tool_threads.py.
+    tool_threads_follow_loop_cpu: bool = True
 
     # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
     upstream_mcp_url: str | None = None

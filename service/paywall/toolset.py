@@ -19,12 +19,14 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-import anyio.to_thread
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, InputRequiredResult
+
+if TYPE_CHECKING:  # tool modules import this one; the bench's bare SDK server imports them
+    from service.tool_threads import ToolThreads
 
 F = TypeVar("F", bound=Callable[..., Any])
 ElicitationStyle = Literal["error", "request"]
@@ -90,15 +92,37 @@ class ToolSet:
     def paid_tools(self) -> dict[str, PaidTool]:
         return {spec.name: spec for spec in self.tools if isinstance(spec, PaidTool)}
 
-    def install(self, server: MCPServer, gate: PaywallGate) -> None:
+    def install(self, server: MCPServer, gate: PaywallGate, threads: ToolThreads) -> None:
+        """Register every tool on `server`; sync tools run in `threads`, not the SDK's own."""
         for spec in self.tools:
-            fn = _gated(spec, gate) if isinstance(spec, PaidTool) else spec.fn
+            if isinstance(spec, PaidTool):
+                fn = _gated(spec, gate, threads)
+            elif inspect.iscoroutinefunction(spec.fn):
+                fn = spec.fn
+            else:
+                fn = _threaded(spec.fn, threads)
             server.add_tool(
                 fn, name=spec.name, title=spec.title, description=spec.description or spec.fn.__doc__
             )
 
 
-def _gated(spec: PaidTool, gate: PaywallGate) -> Callable[..., Awaitable[Any]]:
+def _threaded(fn: Callable[..., Any], threads: ToolThreads) -> Callable[..., Awaitable[Any]]:
+    """A sync free tool as a coroutine function with its signature, run in `threads`."""
+
+    @functools.wraps(fn)
+    async def wrapper(**kwargs: Any) -> Any:
+        return await threads.run_sync(functools.partial(fn, **kwargs))
+
+    signature = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    parameters = [
+        param.replace(annotation=hints.get(param.name, param.annotation))
+        for param in signature.parameters.values()
+    ]
+    return _presented(wrapper, signature, parameters, hints.get("return", signature.return_annotation))
+
+
+def _gated(spec: PaidTool, gate: PaywallGate, threads: ToolThreads) -> Callable[..., Awaitable[Any]]:
     """A wrapper with the tool's own parameters plus a Context, so the SDK builds the same schema."""
     fn = spec.fn
     signature = inspect.signature(fn)
@@ -126,9 +150,18 @@ def _gated(spec: PaidTool, gate: PaywallGate) -> Callable[..., Awaitable[Any]]:
         if is_async:
             return await fn(**call_kwargs)
         # Like the SDK does for sync tools: keep the event loop free.
-        return await anyio.to_thread.run_sync(functools.partial(fn, **call_kwargs))
+        return await threads.run_sync(functools.partial(fn, **call_kwargs))
 
-    return_hint = hints.get("return", signature.return_annotation)
+    return _presented(wrapper, signature, parameters, hints.get("return", signature.return_annotation))
+
+
+def _presented(
+    wrapper: Callable[..., Awaitable[Any]],
+    signature: inspect.Signature,
+    parameters: list[inspect.Parameter],
+    return_hint: Any,
+) -> Callable[..., Awaitable[Any]]:
+    """Give `wrapper` these parameters, with annotations resolved in the tool's own module."""
     wrapper.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=parameters, return_annotation=return_hint
     )
@@ -137,7 +170,7 @@ def _gated(spec: PaidTool, gate: PaywallGate) -> Callable[..., Awaitable[Any]]:
         "return": return_hint,
     }
     # The SDK must see the wrapper's own signature, not follow __wrapped__ to the tool's.
-    del wrapper.__wrapped__
+    del wrapper.__wrapped__  # type: ignore[attr-defined]
     return wrapper
 
 
