@@ -45,6 +45,29 @@ async def test_vendor_tools_are_served_and_paywalled(vendor_service: RunningServ
     assert reversed_text.content[0].text == "cba"  # type: ignore[union-attr]
 
 
+async def test_sync_tools_run_in_the_service_tool_threads_on_one_cpu_when_alone(
+    vendor_service: RunningService,
+) -> None:
+    """A vendor's sync tool, free or paid, runs in `ToolThreads`, not in anyio's threads; one call
+    at a time, its worker is placed on the loop's CPU (service/tool_threads.py)."""
+    service = vendor_service
+    await service.add_user("wes")
+    token = (await service.personal_token("wes")).secret
+    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+        answer = await client.call_tool("vendor_whereabouts", {})
+        stats = await client.call_tool("text_stats", {"text": "to be or not to be"})
+    where = answer.structured_content
+    assert where is not None
+    assert str(where["thread"]).startswith("tool-thread-")
+    cpus = where["cpus"]
+    assert isinstance(cpus, list)
+    if hasattr(os, "sched_getaffinity"):
+        assert len(cpus) == 1
+        assert set(cpus) <= os.sched_getaffinity(0)
+    assert stats.structured_content is not None
+    assert stats.structured_content["words"] == 6
+
+
 async def test_serve_refuses_a_broken_tool_package_in_one_line(tmp_path: Path) -> None:
     env = {
         **os.environ,
