@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 IDLE_SECONDS = 10.0  # a worker idle this long is ended at the next hand-off, as anyio does
-_Job = tuple[Callable[[], Any], Context, asyncio.Future[Any], asyncio.AbstractEventLoop]
+_Job = tuple[Callable[[], Any], Context, asyncio.Future[Any]]
 
 
 def _sched_getcpu() -> Callable[[], int] | None:
@@ -91,7 +91,7 @@ class _Worker:
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
         with _anyio_worker(loop):
             while (job := self.jobs.get()) is not None:
-                function, context, future, job_loop = job
+                function, context, future = job
                 result: Any = None
                 error: BaseException | None = None
                 try:
@@ -99,7 +99,7 @@ class _Worker:
                 except BaseException as exc:  # handed to the caller, as anyio does
                     error = exc
                 try:
-                    job_loop.call_soon_threadsafe(_settle, future, result, error)
+                    loop.call_soon_threadsafe(_settle, future, result, error)
                 except RuntimeError:  # the loop has closed: nobody is waiting any more
                     return
                 del job, function, context, future, result, error
@@ -145,7 +145,7 @@ class ToolThreads:
                 future: asyncio.Future[T] = loop.create_future()
                 self._running += 1
                 try:
-                    worker.jobs.put((function, context, future, loop))
+                    worker.jobs.put((function, context, future))
                     result = await future
                 finally:
                     self._running -= 1

@@ -113,25 +113,15 @@ def _threaded(fn: Callable[..., Any], threads: ToolThreads) -> Callable[..., Awa
     async def wrapper(**kwargs: Any) -> Any:
         return await threads.run_sync(functools.partial(fn, **kwargs))
 
-    signature = inspect.signature(fn)
-    hints = typing.get_type_hints(fn, include_extras=True)
-    parameters = [
-        param.replace(annotation=hints.get(param.name, param.annotation))
-        for param in signature.parameters.values()
-    ]
+    signature, hints, parameters = _resolved(fn)
     return _presented(wrapper, signature, parameters, hints.get("return", signature.return_annotation))
 
 
 def _gated(spec: PaidTool, gate: PaywallGate, threads: ToolThreads) -> Callable[..., Awaitable[Any]]:
     """A wrapper with the tool's own parameters plus a Context, so the SDK builds the same schema."""
     fn = spec.fn
-    signature = inspect.signature(fn)
-    hints = typing.get_type_hints(fn, include_extras=True)
+    signature, hints, parameters = _resolved(fn)
     own_context = next((name for name, hint in hints.items() if _is_context(hint)), None)
-    parameters = [
-        param.replace(annotation=hints.get(param.name, param.annotation))
-        for param in signature.parameters.values()
-    ]
     context_name = own_context or _GATE_CONTEXT
     if own_context is None:
         parameters.append(
@@ -153,6 +143,17 @@ def _gated(spec: PaidTool, gate: PaywallGate, threads: ToolThreads) -> Callable[
         return await threads.run_sync(functools.partial(fn, **call_kwargs))
 
     return _presented(wrapper, signature, parameters, hints.get("return", signature.return_annotation))
+
+
+def _resolved(fn: Callable[..., Any]) -> tuple[inspect.Signature, dict[str, Any], list[inspect.Parameter]]:
+    """`fn`'s signature, its type hints resolved in its own module, and its parameters with them."""
+    signature = inspect.signature(fn)
+    hints = typing.get_type_hints(fn, include_extras=True)
+    parameters = [
+        param.replace(annotation=hints.get(param.name, param.annotation))
+        for param in signature.parameters.values()
+    ]
+    return signature, hints, parameters
 
 
 def _presented(
