@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import itertools
 import logging
 import os
 import queue
@@ -77,7 +78,7 @@ def _anyio_worker(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
 class _Worker:
     def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
         self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.cpus: frozenset[int] | None = None  # the affinity last set, None: inherited
+        self.cpus: frozenset[int] | None = None  # the affinity last set; None: never set
         self.idle_since = time.monotonic()
         self.thread = threading.Thread(target=self._run, args=(loop,), name=name, daemon=True)
         self.thread.start()
@@ -121,7 +122,7 @@ class ToolThreads:
         self._getcpu = _sched_getcpu() if follow_loop_cpu else None
         self._all_cpus = frozenset(os.sched_getaffinity(0)) if self._getcpu is not None else None
         self._idle: list[_Worker] = []  # a stack: the most recently idle worker is woken first
-        self._workers: set[_Worker] = set()
+        self._names = (f"tool-thread-{number}" for number in itertools.count())
         self._running = 0
         self._closed = False
 
@@ -159,20 +160,18 @@ class ToolThreads:
     def _take(self, loop: asyncio.AbstractEventLoop) -> _Worker:
         now = time.monotonic()
         while self._idle and now - self._idle[0].idle_since >= IDLE_SECONDS:
-            expired = self._idle.pop(0)
-            self._workers.discard(expired)
-            expired.jobs.put(None)
+            self._idle.pop(0).jobs.put(None)
         if self._idle:
             return self._idle.pop()
-        worker = _Worker(loop, f"tool-thread-{len(self._workers)}")
-        self._workers.add(worker)
+        worker = _Worker(loop, next(self._names))
+        worker.cpus = self._all_cpus  # inherited from the loop's thread, which is never pinned
         return worker
 
     def _place(self, worker: _Worker) -> None:
         if self._getcpu is None or self._all_cpus is None:
             return
         cpus = frozenset((self._getcpu(),)) if self._running == 0 else self._all_cpus
-        if worker.cpus == cpus or (worker.cpus is None and cpus == self._all_cpus):
+        if worker.cpus == cpus:
             return
         try:
             os.sched_setaffinity(worker.native_id, cpus)
@@ -188,4 +187,3 @@ class ToolThreads:
         for worker in self._idle:
             worker.jobs.put(None)
         self._idle.clear()
-        self._workers.clear()
