@@ -62,7 +62,9 @@ from service.webhooks.wiring import build_stripe_sync
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown."""
     catalog = PlanCatalog.load(settings.plans_file)
-    engine = create_engine(settings.database_url)
+    engine = create_engine(
+        settings.database_url, sqlite_thread_follows_loop_cpu=settings.sqlite_thread_follows_loop_cpu
+    )
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()

@@ -104,6 +104,8 @@ class Settings(BaseSettings):
     # Wake the thread a sync tool runs in on the event loop's CPU when no other tool call is in a
     # thread: waking an idle vCPU costs ~300 us on cloud VMs. See service/tool_threads.py.
     tool_threads_follow_loop_cpu: bool = True
+    # The same for SQLite's connection thread, which runs every statement. See service/db/engine.py.
+    sqlite_thread_follows_loop_cpu: bool = True
 
     # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
     upstream_mcp_url: str | None = None

@@ -8,7 +8,8 @@ the hypervisor: a hop to a thread and back took ~350 us of CPU and ~500 us of wa
 threads share one CPU. At one call at a time that was a third of a `tools/call`.
 
 So before a hand-off the loop's thread moves the worker it is about to wake onto the CPU the loop
-is running on (one `sched_setaffinity` when the loop has moved since, otherwise nothing). The
+is running on (one `sched_setaffinity` when the loop has moved since, otherwise nothing; SQLite's
+connection thread is placed the same way, `service/cpu_placement.py`). The
 waker, not the woken thread, must do it: a worker that moved itself would already have been woken
 on the far CPU. The loop's own thread is never pinned, so the kernel still balances it. When
 another tool call is still running in a thread, the worker is left free to use every CPU the
@@ -24,7 +25,6 @@ it, tools still run in these threads, just without the placement.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import itertools
 import logging
 import os
@@ -41,24 +41,13 @@ import anyio.lowlevel
 import anyio.to_thread
 import sniffio
 
+from service.cpu_placement import sched_getcpu
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 IDLE_SECONDS = 10.0  # a worker idle this long is ended at the next hand-off, as anyio does
 _Job = tuple[Callable[[], Any], Context, asyncio.Future[Any]]
-
-
-def _sched_getcpu() -> Callable[[], int] | None:
-    """glibc's and musl's `sched_getcpu` (a vDSO read, no system call), or None without one."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).sched_getcpu
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_int
-    function.argtypes = []
-    return function
 
 
 @contextmanager
@@ -119,7 +108,7 @@ class ToolThreads:
     """Worker threads for sync tools; made in the lifespan, `close`d at its end."""
 
     def __init__(self, *, follow_loop_cpu: bool = True) -> None:
-        self._getcpu = _sched_getcpu() if follow_loop_cpu else None
+        self._getcpu = sched_getcpu() if follow_loop_cpu else None
         self._all_cpus = frozenset(os.sched_getaffinity(0)) if self._getcpu is not None else None
         self._idle: list[_Worker] = []  # a stack: the most recently idle worker is woken first
         self._names = (f"tool-thread-{number}" for number in itertools.count())
