@@ -7,7 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from sqlalchemy import bindparam, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -117,6 +119,24 @@ class OpenElicitations:
     items: list[Elicitation]
 
 
+# Built once, on the path that ends in a completion notice: SQLAlchemy memoizes a statement's cache
+# key on the object, so reusing it skips building and keying the clause on every checkout.
+_NAMED_AND_OPEN = select(Elicitation).where(
+    or_(
+        col(Elicitation.id) == bindparam("elicitation_id"),
+        and_(
+            col(Elicitation.user_id) == bindparam("user_id"),
+            col(Elicitation.status) == ElicitationStatus.OPEN.value,
+        ),
+    )
+)
+_COMPLETE = (
+    update(Elicitation)
+    .where(col(Elicitation.id).in_(bindparam("elicitation_ids", expanding=True)))
+    .values(status=ElicitationStatus.COMPLETED.value, completed_at=bindparam("completed_at"))
+)
+
+
 async def named_and_open(
     session: AsyncSession, elicitation_id: str, user_id: str
 ) -> tuple[Elicitation | None, OpenElicitations]:
@@ -128,12 +148,7 @@ async def named_and_open(
     """
     open_value = ElicitationStatus.OPEN.value
     result = await session.exec(
-        select(Elicitation).where(
-            or_(
-                col(Elicitation.id) == elicitation_id,
-                and_(col(Elicitation.user_id) == user_id, col(Elicitation.status) == open_value),
-            )
-        )
+        _NAMED_AND_OPEN, params={"elicitation_id": elicitation_id, "user_id": user_id}
     )
     rows = list(result.all())
     named = next((row for row in rows if row.id == elicitation_id), None)
@@ -160,12 +175,19 @@ async def open_elicitations(
 
 
 async def complete(session: AsyncSession, elicitations: Iterable[Elicitation]) -> None:
+    """Mark them completed: one UPDATE on the transaction's connection, and the loaded objects
+    told it is their stored state (an ORM flush of the same change costs about twice as much)."""
+    items = list(elicitations)
+    if not items:
+        return
     now = utcnow()
-    for elicitation in elicitations:
-        elicitation.status = ElicitationStatus.COMPLETED.value
-        elicitation.completed_at = now
-        session.add(elicitation)
-    await session.flush()
+    if session.new or session.dirty:
+        await session.flush()  # the UPDATE goes past the ORM, which must not reorder around it
+    connection = await session.connection()
+    await connection.execute(_COMPLETE, {"elicitation_ids": [item.id for item in items], "completed_at": now})
+    for item in items:
+        set_committed_value(item, "status", ElicitationStatus.COMPLETED.value)
+        set_committed_value(item, "completed_at", now)
 
 
 async def undelivered(session: AsyncSession, elicitation_ids: Iterable[str]) -> list[ElicitationDelivery]:

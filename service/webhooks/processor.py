@@ -95,7 +95,9 @@ async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventDat
     # On the transaction's connection, not through the ORM, which would route the rows through its
     # bulk-persistence machinery (about 0.35 ms a batch) for a table it holds no objects of. One
     # statement with many parameter sets: SQLAlchemy sends them as one multi-row INSERT.
-    result = await connection.execute(statement, rows)
+    # One row (a lone delivery, the usual case) as a plain execute: a list, even of one, goes
+    # through SQLAlchemy's many-rows INSERT machinery, about 0.2 ms more.
+    result = await connection.execute(statement, rows[0] if len(rows) == 1 else rows)
     return set(result.scalars())
 
 
