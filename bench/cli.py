@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import procs, seed, wire
+from bench import gc_probe, procs, seed, wire
 from bench.interleaved import cycle_count, slice_seconds
 from bench.report import Report, Row, fmt, machine, median, ratio_interval, ratio_of, ratio_spread, summarize
 from bench.servers import STATIC_TOKEN
@@ -218,6 +219,22 @@ class Bench:
         if result["errors"]:
             print(f"    ! {target_name} {spec}: {result['errors']} errors, first: {result['first_error']}")
         return result
+
+    def collected_around(self, target_name: str, **spec: Any) -> tuple[list[dict[str, Any]], str]:
+        """`load` for every round, and what the server's garbage collector did meanwhile: the
+        share of wall time it paused the process (median over rounds), full collections, and the
+        longest pause (`bench/gc_probe.py`)."""
+        server = self.targets[target_name].server
+        results: list[dict[str, Any]] = []
+        windows: list[dict[str, float]] = []
+        for _ in range(self.options.rounds):
+            before = server.gc_reading()
+            results.append(self.load(target_name, **spec))
+            windows.append(gc_probe.between(before, server.gc_reading()))
+        share = statistics.median(window["share"] for window in windows)
+        full = sum(int(window["full"]) for window in windows)
+        longest = max(window["longest_ms"] for window in windows)
+        return results, f"{share * 100:.1f}% of the time, {full} full, longest {longest:.1f} ms"
 
     # -- scenarios -------------------------------------------------------------------------
 
@@ -439,7 +456,7 @@ class Bench:
         sessions = self.options.idle_sessions
         for name in ("bare", "paid"):
             target = self.targets[name]
-            before = [self.load(name, mode="legacy", concurrency=16) for _ in range(self.options.rounds)]
+            before, gc_before = self.collected_around(name, mode="legacy", concurrency=16)
             rss_before = target.server.rss_kib()
             holder = procs.spawn(
                 [
@@ -465,7 +482,7 @@ class Bench:
                 opened = json.loads(holder.stdout.readline() or "{}")
                 time.sleep(1.0)  # let the server settle after the burst of opens
                 rss_after = target.server.rss_kib()
-                during = [self.load(name, mode="legacy", concurrency=16) for _ in range(self.options.rounds)]
+                during, gc_during = self.collected_around(name, mode="legacy", concurrency=16)
             finally:
                 if holder.stdin is not None:
                     holder.stdin.close()
@@ -503,7 +520,8 @@ class Bench:
                     generator_cpu=fmt(with_idle["generator_cpu"], 2),
                     server_cpu=fmt(with_idle["server_cpu"], 2),
                     note=f"without idle sessions: {fmt(without['rps'], 0)} calls/s, p50 "
-                    f"{fmt(without['p50_ms'], 2)} ms",
+                    f"{fmt(without['p50_ms'], 2)} ms, p99 {fmt(without['p99_ms'], 2)} ms; garbage collector "
+                    f"with / without: {gc_during} / {gc_before}",
                 )
             )
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 5.0
 GENERATOR_TIMEOUT_MARGIN = 90.0
+GC_READING_TIMEOUT = 5.0
 # First on the bare servers' PYTHONPATH: a `sniffio` that fails to import (see the module).
 WITHOUT_SNIFFIO = os.pathsep.join(
     filter(None, [str(ROOT / "bench" / "without_sniffio"), os.environ.get("PYTHONPATH")])
@@ -95,6 +96,24 @@ class Server:
                     return int(line.split()[1])
         raise RuntimeError(f"{self.name}: no VmRSS")
 
+    @property
+    def gc_probe_path(self) -> Path:
+        return self.log.with_suffix(".gc.json")
+
+    def gc_reading(self) -> dict[str, Any]:
+        """The server's collector totals now (`bench/gc_probe.py`): signal it, wait for its answer."""
+        path = self.gc_probe_path
+        last = json.loads(path.read_text())["seq"] if path.exists() else 0
+        os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + GC_READING_TIMEOUT
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                reading: dict[str, Any] = json.loads(path.read_text())
+                if reading["seq"] > last:
+                    return reading
+            time.sleep(0.005)
+        raise TimeoutError(f"{self.name} did not answer the collector probe within {GC_READING_TIMEOUT}s")
+
 
 def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Server:
     """`uvicorn bench.servers:create --factory` on 127.0.0.1:port, one process, no reload."""
@@ -107,7 +126,9 @@ def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Ser
         # Interleaved throughput leaves a server's connections idle while the others take turns.
         "--timeout-keep-alive", "120",
     ]  # fmt: skip
-    process = spawn(args, env={**env, "BENCH_PORT": str(port)}, stdout=handle, stderr=subprocess.STDOUT)
+    gc_probe = log.with_suffix(".gc.json")
+    environment = {**env, "BENCH_PORT": str(port), "BENCH_GC_PROBE": str(gc_probe)}
+    process = spawn(args, env=environment, stdout=handle, stderr=subprocess.STDOUT)
     handle.close()
     return Server(name, port, process, log)
 

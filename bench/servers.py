@@ -28,6 +28,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from starlette.applications import Starlette
 
+from bench import gc_probe
 from service.example_tools.catalog import ascii_chart
 
 STATIC_TOKEN = "bench-static-token"  # noqa: S105 - a loopback benchmark's fixed credential
@@ -78,6 +79,7 @@ def sandbox_app() -> Any:
 
 
 def create() -> Any:
+    gc_probe.install_from_environment()
     kind = os.environ["BENCH_KIND"]
     if kind in ("bare", "bare-auth"):
         app = bare_app(with_auth=kind == "bare-auth")
