@@ -52,10 +52,6 @@ class FollowsWaker:
             return None
         return cls(native_id, getcpu)
 
-    @property
-    def following(self) -> bool:
-        return self._getcpu is not None
-
     def before_wake(self) -> None:
         if self._getcpu is None:
             return
