@@ -20,13 +20,19 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
 
-# The TypeScript SDK client used by the interop test, pinned by its package-lock.json.
-node-deps:
-	@if [ -f tests/e2e/node/package-lock.json ]; then \
-		command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
-			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }; \
-		cd tests/e2e/node && npm ci --silent --no-audit --no-fund; \
-	fi
+# The TypeScript SDK client used by the interop test, pinned by its package-lock.json. `npm ci`
+# runs again only when package.json or the lock changes: it empties node_modules first, so running
+# it on every `make test` would pull the files from under a suite that is already running.
+NODE_DIR := tests/e2e/node
+NODE_STAMP := $(NODE_DIR)/node_modules/.installed-stamp
+
+node-deps: $(if $(wildcard $(NODE_DIR)/package-lock.json),$(NODE_STAMP))
+
+$(NODE_STAMP): $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq nodejs npm; }
+	cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund
+	touch $@
 
 migrate: install
 	$(BIN)/python -m service migrate
