@@ -7,9 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import bindparam, update
+from sqlalchemy import bindparam
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -130,11 +129,6 @@ _NAMED_AND_OPEN = select(Elicitation).where(
         ),
     )
 )
-_COMPLETE = (
-    update(Elicitation)
-    .where(col(Elicitation.id).in_(bindparam("elicitation_ids", expanding=True)))
-    .values(status=ElicitationStatus.COMPLETED.value, completed_at=bindparam("completed_at"))
-)
 
 
 async def named_and_open(
@@ -175,19 +169,14 @@ async def open_elicitations(
 
 
 async def complete(session: AsyncSession, elicitations: Iterable[Elicitation]) -> None:
-    """Mark them completed: one UPDATE on the transaction's connection, and the loaded objects
-    told it is their stored state (an ORM flush of the same change costs about twice as much)."""
-    items = list(elicitations)
-    if not items:
-        return
+    # Through the ORM's flush, not a Core UPDATE (about 0.2 ms less): the completion metric is
+    # counted from the flushed rows (service/observability/elicitation_events.py).
     now = utcnow()
-    if session.new or session.dirty:
-        await session.flush()  # the UPDATE goes past the ORM, which must not reorder around it
-    connection = await session.connection()
-    await connection.execute(_COMPLETE, {"elicitation_ids": [item.id for item in items], "completed_at": now})
-    for item in items:
-        set_committed_value(item, "status", ElicitationStatus.COMPLETED.value)
-        set_committed_value(item, "completed_at", now)
+    for elicitation in elicitations:
+        elicitation.status = ElicitationStatus.COMPLETED.value
+        elicitation.completed_at = now
+        session.add(elicitation)
+    await session.flush()
 
 
 async def undelivered(session: AsyncSession, elicitation_ids: Iterable[str]) -> list[ElicitationDelivery]:
