@@ -2,7 +2,7 @@
 
 A server started with BENCH_GC_PROBE=<path> counts each collection (`gc.callbacks`: start and
 stop of every generation's pass) and, on SIGUSR1, writes its running totals to <path> as JSON,
-replaced atomically, with a sequence number. `Server.gc_pauses()` in `bench/procs.py` sends the
+replaced atomically, with a sequence number. `Server.gc_reading()` in `bench/procs.py` sends the
 signal and waits (bounded) for the new sequence number. The callback adds a clock read and a few
 additions to each collection, nothing to a call that collects nothing.
 """

@@ -96,13 +96,9 @@ class Server:
                     return int(line.split()[1])
         raise RuntimeError(f"{self.name}: no VmRSS")
 
-    @property
-    def gc_probe_path(self) -> Path:
-        return self.log.with_suffix(".gc.json")
-
     def gc_reading(self) -> dict[str, Any]:
         """The server's collector totals now (`bench/gc_probe.py`): signal it, wait for its answer."""
-        path = self.gc_probe_path
+        path = gc_probe_path(self.log)
         last = json.loads(path.read_text())["seq"] if path.exists() else 0
         os.kill(self.pid, signal.SIGUSR1)
         deadline = time.monotonic() + GC_READING_TIMEOUT
@@ -113,6 +109,11 @@ class Server:
                     return reading
             time.sleep(0.005)
         raise TimeoutError(f"{self.name} did not answer the collector probe within {GC_READING_TIMEOUT}s")
+
+
+def gc_probe_path(log: Path) -> Path:
+    """Where a server started with `log` writes its collector readings (`bench/gc_probe.py`)."""
+    return log.with_suffix(".gc.json")
 
 
 def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Server:
@@ -126,8 +127,7 @@ def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Ser
         # Interleaved throughput leaves a server's connections idle while the others take turns.
         "--timeout-keep-alive", "120",
     ]  # fmt: skip
-    gc_probe = log.with_suffix(".gc.json")
-    environment = {**env, "BENCH_PORT": str(port), "BENCH_GC_PROBE": str(gc_probe)}
+    environment = {**env, "BENCH_PORT": str(port), "BENCH_GC_PROBE": str(gc_probe_path(log))}
     process = spawn(args, env=environment, stdout=handle, stderr=subprocess.STDOUT)
     handle.close()
     return Server(name, port, process, log)
