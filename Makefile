@@ -5,15 +5,26 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install browser node-deps migrate run test test-postgres lint format typecheck check bench clean
+.PHONY: install lock browser node-deps migrate run test test-postgres lint format typecheck check bench clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Exactly the versions in requirements-dev.lock, checked against their hashes; then the project
+# itself, editable, without letting pip resolve anything more.
+$(STAMP): pyproject.toml requirements-dev.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --require-hashes -r requirements-dev.lock
+	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(STAMP)
+
+# Resolves the lock files from pyproject.toml, keeping today's pins where they still fit
+# (`make lock LOCK_ARGS=--upgrade` moves everything to the newest allowed): the runtime set, which
+# the image and the wheel's smoke test install, and the same pins plus the dev tools.
+UV_COMPILE := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --quiet
+lock: install
+	$(UV_COMPILE) $(LOCK_ARGS) -o requirements.lock
+	$(UV_COMPILE) --extra dev -c requirements.lock -o requirements-dev.lock
 
 # Playwright drives Debian's chromium; it never downloads a browser of its own.
 browser:
@@ -48,12 +59,12 @@ test-postgres: install browser node-deps
 	TEST_DATABASE=postgres $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check service tests bench alembic
-	$(BIN)/ruff format --check service tests bench alembic
+	$(BIN)/ruff check service tests bench alembic .ci
+	$(BIN)/ruff format --check service tests bench alembic .ci
 
 format: install
-	$(BIN)/ruff format service tests bench alembic
-	$(BIN)/ruff check --fix service tests bench alembic
+	$(BIN)/ruff format service tests bench alembic .ci
+	$(BIN)/ruff check --fix service tests bench alembic .ci
 
 typecheck: install
 	$(BIN)/mypy --strict service

@@ -1,4 +1,4 @@
-"""`python -m service`: serve, migrate, and the operator's account and token commands."""
+"""`paid-mcp-service` (or `python -m service`): serve, migrate, accounts, tokens and Stripe operations."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from service import cli_stripe
+from service import __version__, cli_stripe
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
@@ -22,7 +22,8 @@ from service.tool_packages import ToolPackageError, load_tools
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
+    parser = argparse.ArgumentParser(prog="paid-mcp-service", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the HTTP service (uvicorn)")

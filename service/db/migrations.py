@@ -12,7 +12,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from alembic import command
 from service.db.engine import ensure_sqlite_directory, sync_database_url
 
-ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+
+def _scripts_directory() -> Path:
+    """Alembic's env.py and versions/: inside the installed package, or a checkout's `alembic/`."""
+    package = Path(__file__).resolve().parents[1]
+    packaged = package / "migrations"  # where the wheel puts the repository's alembic/
+    return packaged if packaged.is_dir() else package.parent / "alembic"
+
+
+ALEMBIC_DIR = _scripts_directory()
 
 
 def alembic_config(database_url: str) -> Config:

@@ -12,6 +12,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
+from service import __version__
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
@@ -61,6 +62,7 @@ def build_mcp_server(
 ) -> MCPServer:
     server: MCPServer = MCPServer(
         settings.mcp_server_name,
+        version=__version__,
         instructions=(
             "Free and paid tools. A paid tool sends you to a payment page when you have no subscription."
         ),

@@ -28,7 +28,8 @@ from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 
 API_KEY = "sk_test_sandbox"
 WEBHOOK_SECRET = "whsec_test_receiver_secret"
-FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "stripe" / "fixtures3.json"
+# Stripe's example objects from stripe/openapi (MIT, see tests/fixtures/stripe/LICENSE).
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "stripe" / "fixtures3.json"
 
 
 def free_port() -> int:

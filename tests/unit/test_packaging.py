@@ -1,0 +1,86 @@
+"""What the project declares is what it uses, and the lock files pin all of it.
+
+The image and the wheel's smoke test install requirements.lock and nothing else, so a package the
+code imports but pyproject.toml does not declare (or that the lock leaves out) breaks only there.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions, version
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import service
+from service.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
+
+
+def pins(lock: str) -> dict[str, str]:
+    return {canonicalize_name(name): pinned for name, pinned in PIN.findall((ROOT / lock).read_text())}
+
+
+def requirements(group: str | None = None) -> list[Requirement]:
+    listed = PROJECT["dependencies"] if group is None else PROJECT["optional-dependencies"][group]
+    return [Requirement(line) for line in listed]
+
+
+def imported_distributions() -> set[str]:
+    """Distributions whose modules `service/` imports at its top level (not the standard library)."""
+    modules: set[str] = set()
+    for path in (ROOT / "service").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.partition(".")[0])
+    modules -= set(sys.stdlib_module_names) | {"service"}
+    providers = packages_distributions()
+    return {canonicalize_name(dist) for module in modules for dist in providers.get(module, [module])}
+
+
+def test_every_imported_package_is_a_declared_runtime_dependency() -> None:
+    declared = {canonicalize_name(requirement.name) for requirement in requirements()}
+    assert imported_distributions() - declared == set()
+
+
+@pytest.mark.parametrize(
+    ("lock", "groups"), [("requirements.lock", [None]), ("requirements-dev.lock", [None, "dev"])]
+)
+def test_the_lock_pins_every_declared_dependency_within_its_range(
+    lock: str, groups: list[str | None]
+) -> None:
+    pinned = pins(lock)
+    for group in groups:
+        for requirement in requirements(group):
+            name = canonicalize_name(requirement.name)
+            assert name in pinned, f"{lock} does not pin {requirement.name}: run `make lock`"
+            assert requirement.specifier.contains(pinned[name]), (
+                f"{lock}: {name}=={pinned[name]} vs {requirement}"
+            )
+
+
+def test_the_dev_lock_pins_the_runtime_set_at_the_same_versions() -> None:
+    runtime, dev = pins("requirements.lock"), pins("requirements-dev.lock")
+    assert {name: dev.get(name) for name in runtime} == runtime
+
+
+def test_greenlet_is_locked_for_sqlalchemys_async_engine() -> None:
+    assert "greenlet" in pins("requirements.lock")
+
+
+def test_the_package_and_the_command_report_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert service.__version__ == version("paid-mcp-service")
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"paid-mcp-service {service.__version__}"
