@@ -20,10 +20,11 @@ from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
-from service.db.migrations import head_revision
+from service.db.migrations import head_revision, known_revisions
 from service.gateway.wiring import start_gateway
 from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
+from service.health.readiness import Readiness
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.endpoints import router as oidc_router
@@ -164,7 +165,12 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         pages=Pages(settings.mcp_server_name),
         cookies=cookies,
         csrf=CsrfProtect(secret_key, cookies),
-        migration_head=head_revision(settings.database_url),
+        readiness=Readiness(
+            engine,
+            head=head_revision(settings.database_url),
+            known_revisions=known_revisions(settings.database_url),
+            outage_grace=settings.readiness_outage_grace_seconds,
+        ),
         catalog=catalog,
         stripe=gateway,
         checkout_domain=checkout_domain,

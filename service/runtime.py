@@ -13,6 +13,7 @@ from starlette.responses import Response
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
+from service.health.readiness import Readiness
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
 from service.identity.passwords import PasswordHashing
@@ -39,7 +40,7 @@ class Runtime:
     pages: Pages
     cookies: CookiePolicy
     csrf: CsrfProtect
-    migration_head: str | None
+    readiness: Readiness
     catalog: PlanCatalog
     stripe: StripeGateway
     checkout_domain: str

@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     max_checkouts_per_hour: int = Field(default=10, ge=1)
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
+    # How long /readyz keeps answering ready while a database it reached before does not answer.
+    readiness_outage_grace_seconds: float = Field(default=30.0, ge=0, le=600)
     # "local" skips LISTEN/NOTIFY (e.g. behind PgBouncer in transaction mode); the sweep still delivers.
     completion_bus: Literal["auto", "local"] = "auto"
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)

@@ -40,6 +40,12 @@ def head_revision(database_url: str) -> str | None:
     return ScriptDirectory.from_config(alembic_config(database_url)).get_current_head()
 
 
+def known_revisions(database_url: str) -> set[str]:
+    """Every revision this code's migrations know, head and ancestors."""
+    scripts = ScriptDirectory.from_config(alembic_config(database_url))
+    return {script.revision for script in scripts.walk_revisions()}
+
+
 async def current_revision(engine: AsyncEngine) -> str | None:
     async with engine.connect() as connection:
         return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

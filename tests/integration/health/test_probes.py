@@ -30,7 +30,7 @@ async def test_readyz_fails_before_migrations(db_templates: DatabaseTemplates, t
     async with run_service(db_templates.empty_url(tmp_path)) as running, running.http() as http:
         ready = await http.get("/readyz")
     assert ready.status_code == 503
-    assert ready.json()["checks"]["migrations"].startswith("at None")
+    assert ready.json()["checks"]["migrations"].startswith("behind: at None")
 
 
 async def test_mcp_answers_401_with_a_dead_database() -> None:
