@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
+
 from service.dependencies import RuntimeDep
 
 router = APIRouter(tags=["health"])
