@@ -87,6 +87,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.web.draining import Draining, DrainingServer
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
     try:  # refuse here, in one line, rather than in a traceback from inside the lifespan
@@ -95,8 +96,9 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.effective_log_format)
-    uvicorn.run(
-        create_app(settings),
+    app = Draining(create_app(settings))
+    config = uvicorn.Config(
+        app,
         host=settings.host,
         port=settings.port,
         proxy_headers=True,
@@ -107,6 +109,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         access_log=False,
         timeout_graceful_shutdown=25,
     )
+    DrainingServer(config, app).run()
     return 0
 
 

@@ -63,9 +63,8 @@ def _bind(host: str, port: int) -> socket.socket:
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> AsyncIterator[int]:
     """Serve `/metrics` on host:port until the block exits; yields the bound port."""
     sock = _bind(host, port)
-    config = uvicorn.Config(
-        metrics_app(registry), lifespan="off", log_config=None, access_log=False, log_level="warning"
-    )
+    # No log_config, log_level or access_log: uvicorn would apply them to its loggers process-wide.
+    config = uvicorn.Config(metrics_app(registry), lifespan="off", log_config=None)
     server = uvicorn.Server(config)
     # The host process owns signals; a nested server must not install its own handlers.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]

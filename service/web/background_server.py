@@ -34,11 +34,13 @@ def port_of(sock: socket.socket) -> int:
 
 
 @asynccontextmanager
-async def serve_in_background(
-    app: ASGIApp, sock: socket.socket, *, log_level: str = "warning"
-) -> AsyncIterator[str]:
-    """Serve `app` on `sock` until the block exits; yields the base URL once startup completed."""
-    config = uvicorn.Config(app, lifespan="on", log_level=log_level, timeout_graceful_shutdown=5)
+async def serve_in_background(app: ASGIApp, sock: socket.socket) -> AsyncIterator[str]:
+    """Serve `app` on `sock` until the block exits; yields the base URL once startup completed.
+
+    uvicorn's loggers are left as the process configured them: a `log_config`, `log_level` or
+    `access_log` here would be applied to them process-wide, changing the host server's records.
+    """
+    config = uvicorn.Config(app, lifespan="on", log_config=None, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     # The host process owns signals; a nested server must not install its own handlers.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
