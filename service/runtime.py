@@ -13,6 +13,7 @@ from starlette.responses import Response
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
+from service.identity.client_registration import RegistrationLimiter
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
 from service.identity.passwords import PasswordHashing
@@ -51,6 +52,7 @@ class Runtime:
     sandbox: Sandbox | None
     metrics: ServiceMetrics
     passwords: PasswordHashing
+    registration_limiter: RegistrationLimiter
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(

@@ -16,7 +16,7 @@ from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider, TokenS
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from tests.support.browserless import log_in_through_form
+from tests.support.browserless import log_in_through_form, sign_in_and_allow
 from tests.support.service import DEFAULT_PASSWORD, RunningService
 
 REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the test reads the Location header
@@ -54,7 +54,7 @@ async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService
             to_login = await browser.get(authorization_url)
             assert to_login.status_code == 302
             assert to_login.headers["location"].startswith(f"{service.base_url}/login?authz=")
-            done = await log_in_through_form(browser, to_login.headers["location"], "alice", DEFAULT_PASSWORD)
+            done = await sign_in_and_allow(browser, to_login.headers["location"], "alice", DEFAULT_PASSWORD)
             assert done.status_code == 303, done.text
             landed["url"] = done.headers["location"]
 
@@ -176,7 +176,7 @@ async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService
         client = await register(http)
         to_login = await authorize(service, http, client["client_id"], challenge)
         assert to_login.status_code == 302
-        done = await log_in_through_form(http, to_login.headers["location"], "bob", DEFAULT_PASSWORD)
+        done = await sign_in_and_allow(http, to_login.headers["location"], "bob", DEFAULT_PASSWORD)
         assert done.status_code == 303
         callback = query_of(done.headers["location"])
         assert callback["state"] == "xyz"
@@ -219,7 +219,7 @@ async def test_reusing_a_rotated_refresh_token_ends_the_grant(service: RunningSe
     async with service.http() as http:
         client = await register(http)
         to_login = await authorize(service, http, client["client_id"], challenge)
-        done = await log_in_through_form(http, to_login.headers["location"], "carol", DEFAULT_PASSWORD)
+        done = await sign_in_and_allow(http, to_login.headers["location"], "carol", DEFAULT_PASSWORD)
         code = query_of(done.headers["location"])["code"]
         first = (await exchange_code(http, client["client_id"], code, verifier)).json()
         second = (await refresh_with(http, client["client_id"], first["refresh_token"])).json()
