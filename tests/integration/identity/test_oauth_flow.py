@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import secrets
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -17,9 +12,17 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.support.browserless import log_in_through_form, sign_in_and_allow
+from tests.support.oauth import (
+    REDIRECT_URI,
+    authorize,
+    exchange_code,
+    pkce_pair,
+    query_of,
+    refresh_with,
+    register,
+    whoami_status,
+)
 from tests.support.service import DEFAULT_PASSWORD, RunningService
-
-REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the test reads the Location header
 
 
 class MemoryTokenStorage(TokenStorage):
@@ -38,10 +41,6 @@ class MemoryTokenStorage(TokenStorage):
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
         self.client = client_info
-
-
-def query_of(url: str) -> dict[str, str]:
-    return {key: values[0] for key, values in parse_qs(urlsplit(url).query).items()}
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
@@ -86,87 +85,6 @@ async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService
     assert result.structured_content["username"] == "alice"
     assert storage.tokens is not None and storage.tokens.refresh_token
     assert landed["url"].startswith(REDIRECT_URI)
-
-
-def pkce_pair() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    return verifier, challenge
-
-
-async def register(http: httpx.AsyncClient) -> dict[str, Any]:
-    response = await http.post(
-        "/register",
-        json={
-            "client_name": "step by step",
-            "redirect_uris": [REDIRECT_URI],
-            "grant_types": ["authorization_code", "refresh_token"],
-            "response_types": ["code"],
-            "token_endpoint_auth_method": "none",
-        },
-    )
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def authorize(
-    service: RunningService, http: httpx.AsyncClient, client_id: str, challenge: str, **extra: str
-) -> httpx.Response:
-    return await http.get(
-        "/authorize",
-        params={
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": REDIRECT_URI,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "xyz",
-            "resource": service.mcp_url,
-            **extra,
-        },
-    )
-
-
-async def exchange_code(http: httpx.AsyncClient, client_id: str, code: str, verifier: str) -> httpx.Response:
-    return await http.post(
-        "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": REDIRECT_URI,
-            "client_id": client_id,
-            "code_verifier": verifier,
-        },
-    )
-
-
-async def refresh_with(http: httpx.AsyncClient, client_id: str, refresh_token: str) -> httpx.Response:
-    return await http.post(
-        "/token", data={"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client_id}
-    )
-
-
-async def whoami_status(service: RunningService, access_token: str) -> int:
-    async with service.http() as http:
-        response = await http.post(
-            "/mcp",
-            headers={
-                "Authorization": f"Bearer {access_token}",
-                "Accept": "application/json, text/event-stream",
-            },
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "probe", "version": "1"},
-                },
-            },
-        )
-    return response.status_code
 
 
 async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService) -> None:
