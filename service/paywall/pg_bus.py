@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from service.paywall.bus import EntitlementChanged, InProcessBus
 
@@ -31,6 +31,24 @@ RECONNECT_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 def replica_id() -> str:
     return f"{socket.gethostname()}:{secrets.token_hex(4)}"
+
+
+def _revocation(origin: str, grant_id: str) -> dict[str, object]:
+    return {"origin": origin, "kind": "revoked", "grant": grant_id}
+
+
+async def notify_revocation(session: AsyncSession, grant_id: str) -> None:
+    """Tells every replica that a grant was revoked, from a process without a bus (the CLI).
+
+    Sent in the caller's transaction, so PostgreSQL delivers it only if the revocation commits.
+    """
+    connection = await session.connection()
+    if connection.dialect.name != "postgresql":
+        return  # SQLite: the service caches tokens for at most TOKEN_CACHE_SECONDS
+    await connection.execute(
+        text("SELECT pg_notify(:channel, :payload)"),
+        {"channel": CHANNEL, "payload": json.dumps(_revocation(replica_id(), grant_id))},
+    )
 
 
 class PostgresBus(InProcessBus):
@@ -61,7 +79,7 @@ class PostgresBus(InProcessBus):
 
     async def publish_revocation(self, grant_id: str) -> None:
         await super().publish_revocation(grant_id)
-        await self._notify({"origin": self.replica, "kind": "revoked", "grant": grant_id})
+        await self._notify(_revocation(self.replica, grant_id))
 
     async def _notify(self, message: dict[str, object]) -> None:
         payload = json.dumps(message)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import secrets
@@ -14,6 +15,8 @@ from tests.support.browserless import sign_in_and_allow
 from tests.support.service import DEFAULT_PASSWORD, RunningService
 
 REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the test reads the Location header
+# Far below the 30 s token cache, so only a revocation message explains a refusal in time.
+REVOCATION_DEADLINE_SECONDS = 5.0
 
 
 def query_of(url: str) -> dict[str, str]:
@@ -139,3 +142,13 @@ async def authorized_tokens(
     assert exchanged.status_code == 200, exchanged.text
     tokens: dict[str, Any] = exchanged.json()
     return client_id, tokens
+
+
+async def refused_within_deadline(replica: RunningService, access_token: str) -> bool:
+    """Polls the replica until it refuses the token or the deadline passes."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + REVOCATION_DEADLINE_SECONDS
+    while loop.time() < deadline:
+        if await whoami_status(replica, access_token) == 401:
+            return True
+    return False

@@ -25,6 +25,7 @@ from tests.support.oauth import (
     pkce_pair,
     query_of,
     refresh_with,
+    refused_within_deadline,
     register,
     signed_in_code,
     whoami_status,
@@ -33,8 +34,6 @@ from tests.support.servers import bound_socket, port_of
 from tests.support.service import DEFAULT_PASSWORD, RunningService, make_settings, run_service, run_service_on
 
 EVIL_REDIRECT = "https://evil.test/cb"
-# Far below the 30 s token cache, so only the revocation message explains a refusal in time.
-REVOCATION_DEADLINE_SECONDS = 5.0
 
 
 async def test_sign_in_leads_to_a_consent_page_naming_the_redirect_host(service: RunningService) -> None:
@@ -231,16 +230,6 @@ async def two_replicas(database_url: str) -> AsyncIterator[tuple[RunningService,
                 async with asyncio.timeout(10):
                     await replica.runtime.bus.listening.wait()
             yield a, b
-
-
-async def refused_within_deadline(replica: RunningService, access_token: str) -> bool:
-    """Polls the replica until it refuses the token or the deadline passes."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + REVOCATION_DEADLINE_SECONDS
-    while loop.time() < deadline:
-        if await whoami_status(replica, access_token) == 401:
-            return True
-    return False
 
 
 async def test_revoking_on_one_replica_stops_the_token_on_another(pg_url: str) -> None:
