@@ -1,8 +1,9 @@
 """The built-in OAuth 2.1 authorization server, as the SDK's provider protocol wants it.
 
-The SDK owns the HTTP side (registration, /authorize, /token, PKCE checks); this class owns
-storage. `/authorize` hands the browser to our login page with the request sealed in the URL,
-so nothing is stored until a user has logged in and approved the client on the consent page.
+The SDK's handlers do the HTTP side (registration, /authorize, /token, PKCE checks), some of them
+behind our own routes (oauth_routes.py); this class owns storage. `/authorize` hands the browser
+to our login page with the request sealed in the URL, so nothing is stored until a user has
+logged in and approved the client on the consent page.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from service.identity.secrets import digest, new_id, new_secret
 from service.identity.token_cache import TokenCache
 
 AUTHORIZE_REQUEST_MAX_AGE_SECONDS = 900
-# Dynamic registration as served at /register; /token accepts these methods and `none` (public clients).
+# Dynamic registration as /register serves it, and the client auth methods /token and /revoke accept.
 REGISTRATION_OPTIONS = ClientRegistrationOptions(enabled=True)
 TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"]
 
