@@ -25,11 +25,14 @@ from service.gateway.wiring import start_gateway
 from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
 from service.health.readiness import Readiness
+from service.identity.client_registration import RegistrationLimiter
 from service.identity.endpoints import router as identity_router
-from service.identity.oauth_provider import DatabaseOAuthProvider
+from service.identity.oauth_provider import DatabaseOAuthProvider, StoredAccessToken
+from service.identity.oauth_routes import router as oauth_router
 from service.identity.oidc.endpoints import router as oidc_router
 from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
+from service.identity.token_cache import TokenCache
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
 from service.observability.elicitation_events import observe_elicitations
@@ -85,6 +88,18 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     if sandbox is not None:
         await gateway.sync_plans()
 
+    notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
+    verified_tokens: TokenCache[StoredAccessToken] = TokenCache(ttl=settings.token_cache_seconds)
+
+    async def after_reconnect() -> None:
+        verified_tokens.clear()  # grants revoked while this replica was not listening
+        await notifier.sweep()
+
+    bus: InProcessBus
+    if engine.dialect.name == "postgresql" and settings.completion_bus == "auto":
+        bus = PostgresBus(engine, settings.database_url, on_reconnect=after_reconnect)
+    else:
+        bus = InProcessBus()  # SQLite means one process: nobody else to tell
     oauth = DatabaseOAuthProvider(
         sessions,
         public_base_url=settings.public_base_url,
@@ -93,7 +108,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         access_token_ttl=timedelta(seconds=settings.access_token_ttl_seconds),
         refresh_token_ttl=timedelta(seconds=settings.refresh_token_ttl_seconds),
         code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
-        token_cache_seconds=settings.token_cache_seconds,
+        verified=verified_tokens,
+        revocations=bus,
     )
     external = await start_external_identity(settings, stack, sessions, oauth, cookies)
     entitlements = Entitlements(
@@ -103,12 +119,6 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         metrics=metrics,
     )
     waiters = PaymentWaiters()
-    notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
-    bus: InProcessBus
-    if engine.dialect.name == "postgresql" and settings.completion_bus == "auto":
-        bus = PostgresBus(engine, settings.database_url, on_reconnect=notifier.sweep)
-    else:
-        bus = InProcessBus()  # SQLite means one process: nobody else to tell
     for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
         bus.subscribe(listener)
     if isinstance(bus, PostgresBus):
@@ -182,6 +192,9 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         sandbox=sandbox,
         metrics=metrics,
         passwords=PasswordHashing.from_settings(settings),
+        registration_limiter=RegistrationLimiter(
+            per_window=settings.oauth_registrations_per_address_per_hour, window_seconds=3600
+        ),
         oidc=external.login if external else None,
     )
 
@@ -249,6 +262,7 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)
     app.include_router(identity_router)
+    app.include_router(oauth_router)
     app.include_router(oidc_router)
     app.include_router(payment_router)
     app.include_router(billing_router)

@@ -15,8 +15,10 @@ from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
+from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
 from service.logging_setup import configure_logging
+from service.paywall.pg_bus import notify_revocation
 from service.settings import ConfigurationError, Settings
 from service.tool_packages import ToolPackageError, load_tools
 
@@ -166,9 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     async def tokens_revoke(session: AsyncSession) -> int:
-        if not await identity.revoke_token_by_id(session, args.token_id):
+        token = await session.get(Token, args.token_id)
+        if token is None or not await identity.revoke_token_by_id(session, args.token_id):
             print(f"no token with id {args.token_id}", file=sys.stderr)
             return 1
+        await notify_revocation(session, token.grant_id)  # running replicas drop it from their caches
         print(f"revoked {args.token_id}")
         return 0
 

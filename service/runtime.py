@@ -14,6 +14,7 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.health.readiness import Readiness
+from service.identity.client_registration import RegistrationLimiter
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
 from service.identity.passwords import PasswordHashing
@@ -52,6 +53,7 @@ class Runtime:
     sandbox: Sandbox | None
     metrics: ServiceMetrics
     passwords: PasswordHashing
+    registration_limiter: RegistrationLimiter
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(

@@ -125,6 +125,8 @@ class Settings(BaseSettings):
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)
+    # Dynamic client registrations one client address may make per hour, on each replica.
+    oauth_registrations_per_address_per_hour: int = Field(default=30, ge=1, le=100_000)
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
 
     # An external OpenID Connect provider instead of the built-in authorization server (unset: built-in).

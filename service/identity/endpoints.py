@@ -1,7 +1,8 @@
 """The browser side of identity: the login form, OAuth consent, logout.
 
 A successful login sets the browser session cookie that later proves who opens a payment page,
-then either finishes an OAuth authorization (`authz`) or returns to a local page (`next`).
+then either goes on to the consent page of an OAuth authorization (`authz`) or returns to a
+local page (`next`). Codes are issued only from the consent page.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from datetime import timedelta
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
-from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
+from mcp.server.auth.middleware.client_auth import AuthenticationError
 
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
 from service.identity import service as identity
+from service.identity.client_auth import HashedSecretAuthenticator
+from service.identity.client_registration import redirect_uri_problem
+from service.identity.models import User
 from service.identity.oauth_provider import PendingAuthorization
 from service.runtime import Runtime
 from service.web.cookies import SESSION_COOKIE
@@ -34,6 +38,10 @@ def safe_next_path(value: str | None) -> str | None:
 
 def login_path(next_path: str) -> str:
     return "/login?" + urlencode({"next": next_path})
+
+
+def consent_path(authz: str) -> str:
+    return "/authorize/consent?" + urlencode({"authz": authz})
 
 
 def _login_page(
@@ -81,15 +89,8 @@ async def login_form(
     if authz and pending is None:
         return _expired_authorization(runtime)
     next_path = safe_next_path(next)
-    if user is not None and pending is not None:
-        return runtime.form_page(
-            request,
-            "consent.html",
-            authz=authz,
-            username=user.username,
-            client_name=pending.client_name or pending.client_id,
-            switch_user_path="/login?" + urlencode({"authz": authz}),
-        )
+    if user is not None and authz and pending is not None:
+        return RedirectResponse(consent_path(authz), status_code=303)
     if user is not None and next_path is not None:
         return RedirectResponse(next_path, status_code=303)
     return _login_page(runtime, request, authz=authz, pending=pending, next_path=next_path)
@@ -136,13 +137,62 @@ async def login_submit(
         )
     ttl = runtime.settings.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
-    if pending is not None:
-        target = await runtime.oauth.complete_authorization(session, pending, user)
-    else:
-        target = next_path or "/account"
+    # Signing in is not consenting: an authorization goes on to the consent page.
+    target = consent_path(authz) if authz and pending is not None else next_path or "/account"
     response = RedirectResponse(target, status_code=303)
     runtime.cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)
     return response
+
+
+def _refused_redirect(runtime: Runtime, pending: PendingAuthorization) -> Response:
+    """A client registered before redirect URIs were checked may not send codes anywhere unsafe."""
+    return runtime.pages.message(
+        "Application not allowed",
+        f"{pending.client_name or pending.client_id} asks to receive your authorization at "
+        f"{pending.redirect_uri}, which this service does not send authorizations to.",
+        status_code=400,
+    )
+
+
+def _consent_page(
+    runtime: Runtime, request: Request, authz: str, pending: PendingAuthorization, user: User
+) -> Response:
+    refresh_days = max(1, runtime.settings.refresh_token_ttl_seconds // 86400)
+    return runtime.form_page(
+        request,
+        "consent.html",
+        authz=authz,
+        username=user.username,
+        client_name=pending.client_name,
+        client_id=pending.client_id,
+        redirect_host=pending.redirect_host,
+        redirect_uri=pending.redirect_uri,
+        scopes=pending.params.scopes or [],
+        refresh_days=refresh_days,
+        switch_user_path="/login?" + urlencode({"authz": authz}),
+    )
+
+
+@router.get("/authorize/consent")
+async def consent_form(
+    request: Request,
+    runtime: RuntimeDep,
+    session: SessionDep,
+    user: BrowserUser,
+    authz: Annotated[str, Query(max_length=8192)],
+) -> Response:
+    """Every authorization passes here after sign-in; only a remembered approval skips the question."""
+    pending = runtime.oauth.open_pending(authz)
+    if pending is None:
+        return _expired_authorization(runtime)
+    if user is None:
+        return RedirectResponse("/login?" + urlencode({"authz": authz}), status_code=303)
+    if redirect_uri_problem(pending.params.redirect_uri) is not None:
+        return _refused_redirect(runtime, pending)
+    if await runtime.oauth.consent_remembered(session, pending, user):
+        target = await runtime.oauth.complete_authorization(session, pending, user)
+        return RedirectResponse(target, status_code=303)
+    return _consent_page(runtime, request, authz, pending, user)
 
 
 @router.post("/authorize/consent")
@@ -151,17 +201,20 @@ async def consent_submit(
     runtime: RuntimeDep,
     session: SessionDep,
     user: BrowserUser,
-    authz: Annotated[str, Form()],
-    decision: Annotated[str, Form()],
+    authz: Annotated[str, Form(max_length=8192)],
+    decision: Annotated[str, Form(max_length=16)],
     csrf_token: OptionalForm = None,
 ) -> Response:
     pending = runtime.oauth.open_pending(authz)
     if pending is None:
         return _expired_authorization(runtime)
     if user is None or not runtime.csrf.verify(request, csrf_token):
-        return RedirectResponse("/login?" + urlencode({"authz": authz}), status_code=303)
+        return RedirectResponse(consent_path(authz), status_code=303)
+    if redirect_uri_problem(pending.params.redirect_uri) is not None:
+        return _refused_redirect(runtime, pending)
     if decision != "allow":
         return RedirectResponse(runtime.oauth.denied_redirect(pending), status_code=303)
+    await runtime.oauth.remember_consent(session, pending, user)
     target = await runtime.oauth.complete_authorization(session, pending, user)
     return RedirectResponse(target, status_code=303)
 
@@ -201,7 +254,7 @@ async def revoke(request: Request, runtime: RuntimeDep) -> Response:
     if runtime.oidc is not None:  # tokens come from the external issuer: revoke them there
         return JSONResponse({"error": "not_found"}, status_code=404)
     try:
-        client = await ClientAuthenticator(runtime.oauth).authenticate_request(request)
+        client = await HashedSecretAuthenticator(runtime.oauth).authenticate_request(request)
     except AuthenticationError as exc:
         return JSONResponse({"error": "invalid_client", "error_description": exc.message}, status_code=401)
     form = await request.form()

@@ -23,14 +23,33 @@ class User(SQLModel, table=True):
 class OAuthClient(SQLModel, table=True):
     """A dynamically registered OAuth client.
 
-    The SDK compares client secrets in plain text, so `info_json` holds the registration as the
-    SDK gave it; client secrets only authenticate token requests that also need a user's code.
+    `info_json` holds the registration as the SDK gave it, less the client secret, whose digest
+    alone is kept in `client_secret_hash` (None for public clients).
     """
 
     __tablename__ = "oauth_client"
 
     client_id: str = Field(primary_key=True, max_length=64)
     info_json: str = Field(sa_type=Text)
+    client_secret_hash: str | None = Field(default=None, max_length=64)
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column())
+
+
+class OAuthConsent(SQLModel, table=True):
+    """A user's standing approval of one client sending codes to one redirect URI.
+
+    Keyed by the redirect URI's digest so the key stays short whatever the URI's length.
+    """
+
+    __tablename__ = "oauth_consent"
+
+    user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", primary_key=True, max_length=40)
+    client_id: str = Field(
+        foreign_key="oauth_client.client_id", ondelete="CASCADE", primary_key=True, max_length=64
+    )
+    redirect_uri_hash: str = Field(primary_key=True, max_length=64)
+    redirect_uri: str = Field(sa_type=Text)
+    scopes: str = Field(default="", sa_type=Text)
     created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column())
 
 

@@ -1,15 +1,19 @@
 """The built-in OAuth 2.1 authorization server, as the SDK's provider protocol wants it.
 
-The SDK owns the HTTP side (metadata, registration, /authorize, /token, /revoke, PKCE checks);
-this class owns storage. `/authorize` hands the browser to our login page with the request
-sealed in the URL, so nothing is stored until a user has actually logged in.
+The SDK's handlers do the HTTP side (registration, /authorize, /token, PKCE checks), some of them
+behind our own routes (oauth_routes.py); this class owns storage. `/authorize` hands the browser
+to our login page with the request sealed in the URL, so nothing is stored until a user has
+logged in and approved the client on the consent page.
 """
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from itsdangerous import BadSignature, URLSafeTimedSerializer
 from mcp.server.auth.provider import (
@@ -23,19 +27,37 @@ from mcp.server.auth.provider import (
 from mcp.server.auth.provider import (
     AuthorizationCode as SDKAuthorizationCode,
 )
+from mcp.server.auth.settings import ClientRegistrationOptions
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
-from sqlmodel import select
+from sqlalchemy import delete, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.identity import service as identity
-from service.identity.models import AuthorizationCode, OAuthClient, Token, User
+from service.identity.client_registration import MAX_CLIENT_NAME_LENGTH, check_registration
+from service.identity.models import AuthorizationCode, OAuthClient, OAuthConsent, Token, User
 from service.identity.secrets import digest, new_id, new_secret
 from service.identity.token_cache import TokenCache
 
 AUTHORIZE_REQUEST_MAX_AGE_SECONDS = 900
+# Dynamic registration as /register serves it, and the client auth methods /token and /revoke accept.
+REGISTRATION_OPTIONS = ClientRegistrationOptions(enabled=True)
+TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"]
+
+RevocationListener = Callable[[str], Awaitable[None]]
+
+
+class RevocationChannel(Protocol):
+    """Carries revoked grant ids to every replica, so each drops them from its token cache."""
+
+    def subscribe_revocations(self, listener: RevocationListener) -> None: ...
+
+    async def publish_revocation(self, grant_id: str) -> None: ...
 
 
 class StoredAuthorizationCode(SDKAuthorizationCode):
@@ -60,6 +82,15 @@ class PendingAuthorization:
     client_name: str | None
     params: AuthorizationParams
 
+    @property
+    def redirect_uri(self) -> str:
+        return str(self.params.redirect_uri)
+
+    @property
+    def redirect_host(self) -> str:
+        """Where the code goes, as the consent page names it (host, and port when one is given)."""
+        return urlsplit(self.redirect_uri).netloc or self.redirect_uri
+
 
 def _epoch(token: Token) -> int | None:
     return int(token.expires_at.timestamp()) if token.expires_at else None
@@ -78,7 +109,8 @@ class DatabaseOAuthProvider:
         access_token_ttl: timedelta,
         refresh_token_ttl: timedelta,
         code_ttl: timedelta,
-        token_cache_seconds: float = 0.0,
+        verified: TokenCache[StoredAccessToken] | None = None,
+        revocations: RevocationChannel | None = None,
     ) -> None:
         self._sessions = sessions
         self._public_base_url = public_base_url
@@ -87,19 +119,39 @@ class DatabaseOAuthProvider:
         self._access_ttl = access_token_ttl
         self._refresh_ttl = refresh_token_ttl
         self._code_ttl = code_ttl
-        self._verified: TokenCache[StoredAccessToken] = TokenCache(ttl=token_cache_seconds)
+        self._verified: TokenCache[StoredAccessToken] = verified or TokenCache(ttl=0.0)
+        self._revocations = revocations
+        if revocations is not None:
+            revocations.subscribe_revocations(self._forget_grant)
 
     # -- clients ---------------------------------------------------------------------------
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+        """The registration without its secret, which only `client_secret_matches` can check."""
         async with self._sessions() as session:
             row = await session.get(OAuthClient, client_id)
         return OAuthClientInformationFull.model_validate_json(row.info_json) if row else None
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         assert client_info.client_id is not None
+        check_registration(client_info.redirect_uris, client_info.client_name)
+        secret = client_info.client_secret
+        stored = client_info.model_copy(update={"client_secret": None})
         async with self._sessions() as session, session.begin():
-            session.add(OAuthClient(client_id=client_info.client_id, info_json=client_info.model_dump_json()))
+            session.add(
+                OAuthClient(
+                    client_id=client_info.client_id,
+                    info_json=stored.model_dump_json(exclude_none=True),
+                    client_secret_hash=digest(secret) if secret else None,
+                )
+            )
+
+    async def client_secret_matches(self, client_id: str, secret: str) -> bool:
+        async with self._sessions() as session:
+            row = await session.get(OAuthClient, client_id)
+        if row is None or row.client_secret_hash is None:
+            return False
+        return hmac.compare_digest(digest(secret), row.client_secret_hash)
 
     # -- authorization ---------------------------------------------------------------------
 
@@ -110,7 +162,7 @@ class DatabaseOAuthProvider:
         sealed = self._serializer.dumps(
             {
                 "client_id": client.client_id,
-                "client_name": client.client_name,
+                "client_name": (client.client_name or "")[:MAX_CLIENT_NAME_LENGTH] or None,
                 "params": params.model_dump(mode="json"),
             }
         )
@@ -128,10 +180,43 @@ class DatabaseOAuthProvider:
             params=AuthorizationParams.model_validate(data["params"]),
         )
 
+    # -- consent ---------------------------------------------------------------------------
+
+    async def consent_remembered(
+        self, session: AsyncSession, pending: PendingAuthorization, user: User
+    ) -> bool:
+        """Whether `user` already approved this client sending codes to this redirect URI."""
+        row = await session.get(OAuthConsent, (user.id, pending.client_id, digest(pending.redirect_uri)))
+        if row is None:
+            return False
+        return set(pending.params.scopes or []) <= set(row.scopes.split())
+
+    async def remember_consent(
+        self, session: AsyncSession, pending: PendingAuthorization, user: User
+    ) -> None:
+        values = {
+            "user_id": user.id,
+            "client_id": pending.client_id,
+            "redirect_uri_hash": digest(pending.redirect_uri),
+            "redirect_uri": pending.redirect_uri,
+            "scopes": " ".join(pending.params.scopes or []),
+            "created_at": utcnow(),
+        }
+        dialect = (await session.connection()).dialect.name
+        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        statement = insert(OAuthConsent).values(**values)
+        # Two approvals at once (a double click) both succeed; the later one's scopes stand.
+        await session.exec(
+            statement.on_conflict_do_update(
+                index_elements=["user_id", "client_id", "redirect_uri_hash"],
+                set_={"scopes": statement.excluded.scopes, "created_at": statement.excluded.created_at},
+            )
+        )
+
     async def complete_authorization(
         self, session: AsyncSession, pending: PendingAuthorization, user: User
     ) -> str:
-        """Mint a code for the logged-in user in the caller's transaction; returns the redirect URL."""
+        """Mint a code for the consenting user in the caller's transaction; returns the redirect URL."""
         code = new_secret("mcp_code")
         params = pending.params
         session.add(
@@ -184,11 +269,15 @@ class DatabaseOAuthProvider:
     ) -> OAuthToken:
         assert client.client_id is not None
         async with self._sessions() as session, session.begin():
-            row = await session.get(AuthorizationCode, digest(authorization_code.code))
-            if row is None:
-                # Raced with another exchange of the same code: single use wins.
+            # One DELETE decides which of several concurrent exchanges of a code wins.
+            consumed = await session.exec(
+                delete(AuthorizationCode).where(
+                    col(AuthorizationCode.code_hash) == digest(authorization_code.code),
+                    col(AuthorizationCode.client_id) == client.client_id,
+                )
+            )
+            if consumed.rowcount != 1:
                 raise TokenError("invalid_grant", "authorization code already used")
-            await session.delete(row)
             return await self._issue_pair(
                 session,
                 client_id=client.client_id,
@@ -203,11 +292,15 @@ class DatabaseOAuthProvider:
     async def load_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: str
     ) -> StoredRefreshToken | None:
-        async with self._sessions() as session, session.begin():
-            token = await identity.find_live_token(session, refresh_token, ("refresh",))
-            if token is None:
-                await self._revoke_grant_on_reuse(session, refresh_token)
-                return None
+        async with self._sessions() as session:
+            result = await session.exec(select(Token).where(Token.token_hash == digest(refresh_token)))
+            token = result.first()
+        if token is None or token.kind != "refresh":
+            return None
+        if token.revoked_at is not None:
+            # A rotated-away refresh token presented again means it leaked: end the whole grant.
+            await self._revoke_grant(token.grant_id)
+            return None
         if token.client_id != client.client_id:
             return None
         return StoredRefreshToken(
@@ -221,32 +314,33 @@ class DatabaseOAuthProvider:
             user_id=token.user_id,
         )
 
-    async def _revoke_grant_on_reuse(self, session: AsyncSession, secret: str) -> None:
-        """A rotated-away refresh token presented again means it leaked: end the whole grant."""
-        result = await session.exec(select(Token).where(Token.token_hash == digest(secret)))
-        stale = result.first()
-        if stale is not None and stale.kind == "refresh" and stale.revoked_at is not None:
-            await identity.revoke_grant(session, stale.grant_id)
-            self._verified.forget_grant(stale.grant_id)
-
     async def exchange_refresh_token(
         self, client: OAuthClientInformationFull, refresh_token: StoredRefreshToken, scopes: list[str]
     ) -> OAuthToken:
         assert client.client_id is not None
         async with self._sessions() as session, session.begin():
-            current = await identity.find_live_token(session, refresh_token.token, ("refresh",))
-            if current is None:
-                raise TokenError("invalid_grant", "refresh token is no longer valid")
-            current.revoked_at = utcnow()
-            session.add(current)
-            return await self._issue_pair(
-                session,
-                client_id=client.client_id,
-                user_id=refresh_token.user_id,
-                grant_id=refresh_token.grant_id,
-                scopes=scopes or refresh_token.scopes,
-                resource=refresh_token.resource,
+            # One conditional UPDATE decides which of several concurrent refreshes rotates the token.
+            rotated = await session.exec(
+                update(Token)
+                .where(
+                    col(Token.token_hash) == digest(refresh_token.token),
+                    col(Token.kind) == "refresh",
+                    col(Token.revoked_at).is_(None),
+                )
+                .values(revoked_at=utcnow())
             )
+            if rotated.rowcount == 1:
+                return await self._issue_pair(
+                    session,
+                    client_id=client.client_id,
+                    user_id=refresh_token.user_id,
+                    grant_id=refresh_token.grant_id,
+                    scopes=scopes or refresh_token.scopes,
+                    resource=refresh_token.resource,
+                )
+        # Another request rotated it first: the same token used twice, so treat it as leaked.
+        await self._revoke_grant(refresh_token.grant_id)
+        raise TokenError("invalid_grant", "refresh token was already used; the grant is revoked")
 
     async def _issue_pair(
         self,
@@ -303,9 +397,18 @@ class DatabaseOAuthProvider:
         return verified
 
     async def revoke_token(self, token: StoredAccessToken | StoredRefreshToken) -> None:
+        await self._revoke_grant(token.grant_id)
+
+    async def _revoke_grant(self, grant_id: str) -> None:
+        """Revokes every token of the grant, then tells every replica to stop trusting them."""
         async with self._sessions() as session, session.begin():
-            await identity.revoke_grant(session, token.grant_id)
-        self._verified.forget_grant(token.grant_id)
+            await identity.revoke_grant(session, grant_id)
+        self._verified.forget_grant(grant_id)
+        if self._revocations is not None:
+            await self._revocations.publish_revocation(grant_id)
+
+    async def _forget_grant(self, grant_id: str) -> None:
+        self._verified.forget_grant(grant_id)
 
     async def exchange_identity_assertion(
         self, client: OAuthClientInformationFull, params: Any

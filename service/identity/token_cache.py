@@ -1,8 +1,8 @@
 """Verified bearer tokens, remembered briefly so that a tool call costs no database round trip.
 
 Keyed by the token's digest, never the token. An entry lives at most `ttl` seconds and never past
-the token's own expiry; revoking a grant here drops its entries at once, and revocation made by
-another process takes effect within `ttl`.
+the token's own expiry; revoking a grant drops its entries at once, here and, through the
+completion bus, on every other replica. Revocation news a replica missed takes effect within `ttl`.
 """
 
 from __future__ import annotations
@@ -45,3 +45,6 @@ class TokenCache(Generic[T]):
     def forget_grant(self, grant_id: str) -> None:
         for key in [key for key, (_, grant, _) in self._entries.items() if grant == grant_id]:
             del self._entries[key]
+
+    def clear(self) -> None:
+        self._entries.clear()

@@ -26,8 +26,10 @@ from service.settings import Settings
 def _auth(
     settings: Settings, oauth: DatabaseOAuthProvider, external: ExternalTokenVerifier | None
 ) -> dict[str, Any]:
-    """Built-in server: the SDK serves /authorize, /token, /register. External issuer: only the
-    protected-resource metadata, naming that issuer; our verifier checks the audience itself."""
+    """Built-in server: the SDK serves /authorize; /token, /register, /revoke and the server
+    metadata are ours (service/identity/oauth_routes.py, endpoints.py), so the SDK's registration
+    and revocation routes are off. External issuer: only the protected-resource metadata, naming
+    that issuer; our verifier checks the audience itself."""
     if external is not None:
         return {
             "token_verifier": external,
@@ -47,8 +49,8 @@ def _auth(
                 "issuer_url": settings.public_base_url,
                 "resource_server_url": settings.mcp_resource_url,
                 "validate_token_resource": True,
-                "client_registration_options": ClientRegistrationOptions(enabled=True),
-                "revocation_options": RevocationOptions(enabled=True),
+                "client_registration_options": ClientRegistrationOptions(enabled=False),
+                "revocation_options": RevocationOptions(enabled=False),
             }
         ),
     }

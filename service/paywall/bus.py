@@ -1,8 +1,9 @@
 """The completion bus: how the webhook path tells every interested party that money landed.
 
 Listeners: the entitlement cache, retries and `elicitation/create` calls waiting for a payment, and
-the notifier that owes legacy sessions their `notifications/elicitation/complete`. This in-process
-bus serves one process; a multi-replica bus keeps the same interface.
+the notifier that owes legacy sessions their `notifications/elicitation/complete`. It also carries a
+second, smaller message: the id of a revoked OAuth grant, for every replica's token cache. This
+in-process bus serves one process; a multi-replica bus keeps the same interface.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class EntitlementChanged:
 
 
 Listener = Callable[[EntitlementChanged], Awaitable[None]]
+RevocationListener = Callable[[str], Awaitable[None]]  # called with a revoked grant's id
 
 
 class CompletionBus(Protocol):
@@ -37,9 +39,21 @@ class CompletionBus(Protocol):
 @dataclass
 class InProcessBus:
     _listeners: list[Listener] = field(default_factory=list)
+    _revocation_listeners: list[RevocationListener] = field(default_factory=list)
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def subscribe_revocations(self, listener: RevocationListener) -> None:
+        self._revocation_listeners.append(listener)
+
+    async def publish_revocation(self, grant_id: str) -> None:
+        results = await asyncio.gather(
+            *(listener(grant_id) for listener in self._revocation_listeners), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                logger.error("revocation listener failed", exc_info=result)
 
     async def publish(self, event: EntitlementChanged) -> None:
         """Runs every listener; one failing listener does not starve the others."""

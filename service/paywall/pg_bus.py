@@ -2,7 +2,8 @@
 
 NOTIFY is only a hint. The elicitation tables stay the truth, and every replica also sweeps them
 on a timer and after its listener reconnects, so a lost notification or a dropped connection
-delays a completion notice but never loses it.
+delays a completion notice but never loses it. Revoked grants travel the same channel
+(`"kind": "revoked"`); a replica that reconnects forgets its cached tokens instead.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import psycopg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from service.paywall.bus import EntitlementChanged, InProcessBus
 
@@ -30,6 +31,24 @@ RECONNECT_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)
 
 def replica_id() -> str:
     return f"{socket.gethostname()}:{secrets.token_hex(4)}"
+
+
+def _revocation(origin: str, grant_id: str) -> dict[str, object]:
+    return {"origin": origin, "kind": "revoked", "grant": grant_id}
+
+
+async def notify_revocation(session: AsyncSession, grant_id: str) -> None:
+    """Tells every replica that a grant was revoked, from a process without a bus (the CLI).
+
+    Sent in the caller's transaction, so PostgreSQL delivers it only if the revocation commits.
+    """
+    connection = await session.connection()
+    if connection.dialect.name != "postgresql":
+        return  # SQLite: the service caches tokens for at most TOKEN_CACHE_SECONDS
+    await connection.execute(
+        text("SELECT pg_notify(:channel, :payload)"),
+        {"channel": CHANNEL, "payload": json.dumps(_revocation(replica_id(), grant_id))},
+    )
 
 
 class PostgresBus(InProcessBus):
@@ -49,7 +68,7 @@ class PostgresBus(InProcessBus):
 
     async def publish(self, event: EntitlementChanged) -> None:
         await super().publish(event)
-        payload = json.dumps(
+        await self._notify(
             {
                 "origin": self.replica,
                 "user": event.user_id,
@@ -57,14 +76,21 @@ class PostgresBus(InProcessBus):
                 "owed": [list(pair) for pair in event.sessions_owed],
             }
         )
+
+    async def publish_revocation(self, grant_id: str) -> None:
+        await super().publish_revocation(grant_id)
+        await self._notify(_revocation(self.replica, grant_id))
+
+    async def _notify(self, message: dict[str, object]) -> None:
+        payload = json.dumps(message)
         try:
             async with self._engine.begin() as connection:
                 await connection.execute(
                     text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload}
                 )
         except Exception:
-            # The sweep delivers what this notification would have; the change itself is committed.
-            logger.warning("could not NOTIFY other replicas; their sweep will catch up", exc_info=True)
+            # The sweep (or, for a revocation, the token cache's expiry) delivers it; the change is committed.
+            logger.warning("could not NOTIFY other replicas; they will catch up", exc_info=True)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -105,12 +131,19 @@ class PostgresBus(InProcessBus):
             message = json.loads(payload)
             if message.get("origin") == self.replica:
                 return  # local listeners already heard it
-            event = EntitlementChanged(
-                str(message["user"]),
-                tuple(str(item) for item in message["completed"]),
-                tuple((str(pair[0]), str(pair[1])) for pair in message.get("owed", [])),
-            )
+            if message.get("kind") == "revoked":
+                revoked_grant = str(message["grant"])
+            else:
+                revoked_grant = None
+                event = EntitlementChanged(
+                    str(message["user"]),
+                    tuple(str(item) for item in message["completed"]),
+                    tuple((str(pair[0]), str(pair[1])) for pair in message.get("owed", [])),
+                )
         except (ValueError, KeyError, TypeError, IndexError):
             logger.warning("ignoring a malformed completion notification")
             return
-        await InProcessBus.publish(self, event)
+        if revoked_grant is not None:
+            await InProcessBus.publish_revocation(self, revoked_grant)
+        else:
+            await InProcessBus.publish(self, event)

@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import secrets
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
-import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -16,10 +11,18 @@ from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider, TokenS
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from tests.support.browserless import log_in_through_form
+from tests.support.browserless import log_in_through_form, sign_in_and_allow
+from tests.support.oauth import (
+    REDIRECT_URI,
+    authorize,
+    exchange_code,
+    pkce_pair,
+    query_of,
+    refresh_with,
+    register,
+    whoami_status,
+)
 from tests.support.service import DEFAULT_PASSWORD, RunningService
-
-REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the test reads the Location header
 
 
 class MemoryTokenStorage(TokenStorage):
@@ -40,10 +43,6 @@ class MemoryTokenStorage(TokenStorage):
         self.client = client_info
 
 
-def query_of(url: str) -> dict[str, str]:
-    return {key: values[0] for key, values in parse_qs(urlsplit(url).query).items()}
-
-
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService, mode: str) -> None:
     await service.add_user("alice")
@@ -54,7 +53,7 @@ async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService
             to_login = await browser.get(authorization_url)
             assert to_login.status_code == 302
             assert to_login.headers["location"].startswith(f"{service.base_url}/login?authz=")
-            done = await log_in_through_form(browser, to_login.headers["location"], "alice", DEFAULT_PASSWORD)
+            done = await sign_in_and_allow(browser, to_login.headers["location"], "alice", DEFAULT_PASSWORD)
             assert done.status_code == 303, done.text
             landed["url"] = done.headers["location"]
 
@@ -88,87 +87,6 @@ async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService
     assert landed["url"].startswith(REDIRECT_URI)
 
 
-def pkce_pair() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
-    return verifier, challenge
-
-
-async def register(http: httpx.AsyncClient) -> dict[str, Any]:
-    response = await http.post(
-        "/register",
-        json={
-            "client_name": "step by step",
-            "redirect_uris": [REDIRECT_URI],
-            "grant_types": ["authorization_code", "refresh_token"],
-            "response_types": ["code"],
-            "token_endpoint_auth_method": "none",
-        },
-    )
-    assert response.status_code == 201, response.text
-    body: dict[str, Any] = response.json()
-    return body
-
-
-async def authorize(
-    service: RunningService, http: httpx.AsyncClient, client_id: str, challenge: str, **extra: str
-) -> httpx.Response:
-    return await http.get(
-        "/authorize",
-        params={
-            "response_type": "code",
-            "client_id": client_id,
-            "redirect_uri": REDIRECT_URI,
-            "code_challenge": challenge,
-            "code_challenge_method": "S256",
-            "state": "xyz",
-            "resource": service.mcp_url,
-            **extra,
-        },
-    )
-
-
-async def exchange_code(http: httpx.AsyncClient, client_id: str, code: str, verifier: str) -> httpx.Response:
-    return await http.post(
-        "/token",
-        data={
-            "grant_type": "authorization_code",
-            "code": code,
-            "redirect_uri": REDIRECT_URI,
-            "client_id": client_id,
-            "code_verifier": verifier,
-        },
-    )
-
-
-async def refresh_with(http: httpx.AsyncClient, client_id: str, refresh_token: str) -> httpx.Response:
-    return await http.post(
-        "/token", data={"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client_id}
-    )
-
-
-async def whoami_status(service: RunningService, access_token: str) -> int:
-    async with service.http() as http:
-        response = await http.post(
-            "/mcp",
-            headers={
-                "Authorization": f"Bearer {access_token}",
-                "Accept": "application/json, text/event-stream",
-            },
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "probe", "version": "1"},
-                },
-            },
-        )
-    return response.status_code
-
-
 async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService) -> None:
     await service.add_user("bob")
     verifier, challenge = pkce_pair()
@@ -176,7 +94,7 @@ async def test_step_by_step_code_pkce_refresh_and_revoke(service: RunningService
         client = await register(http)
         to_login = await authorize(service, http, client["client_id"], challenge)
         assert to_login.status_code == 302
-        done = await log_in_through_form(http, to_login.headers["location"], "bob", DEFAULT_PASSWORD)
+        done = await sign_in_and_allow(http, to_login.headers["location"], "bob", DEFAULT_PASSWORD)
         assert done.status_code == 303
         callback = query_of(done.headers["location"])
         assert callback["state"] == "xyz"
@@ -219,7 +137,7 @@ async def test_reusing_a_rotated_refresh_token_ends_the_grant(service: RunningSe
     async with service.http() as http:
         client = await register(http)
         to_login = await authorize(service, http, client["client_id"], challenge)
-        done = await log_in_through_form(http, to_login.headers["location"], "carol", DEFAULT_PASSWORD)
+        done = await sign_in_and_allow(http, to_login.headers["location"], "carol", DEFAULT_PASSWORD)
         code = query_of(done.headers["location"])["code"]
         first = (await exchange_code(http, client["client_id"], code, verifier)).json()
         second = (await refresh_with(http, client["client_id"], first["refresh_token"])).json()

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from service.paywall.pg_bus import PostgresBus
+from tests.support.databases import DatabaseTemplates
 from tests.support.mcp_http import post_initialize
+from tests.support.oauth import refused_within_deadline
 from tests.support.service import RunningService, run_service
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -83,6 +86,23 @@ async def _revoke_with_the_cli(service: RunningService) -> None:
     status, headers = await post_initialize(service, f"Bearer {token}")
     assert status == 401
     assert "invalid_token" in headers["www-authenticate"]
+
+
+async def test_cli_revoke_reaches_a_running_service_on_postgresql(
+    pg_templates: DatabaseTemplates, tmp_path: Path
+) -> None:
+    """With the default token cache, the CLI's revocation still arrives at once, through NOTIFY."""
+    async with run_service(pg_templates.fresh_url(tmp_path)) as service:
+        assert isinstance(service.runtime.bus, PostgresBus)
+        async with asyncio.timeout(10):
+            await service.runtime.bus.listening.wait()
+        await service.add_user("ivan")
+        issued = await cli(service, "tokens", "create", "ivan")
+        token = issued.stdout.strip()
+        token_id = issued.stderr.split("token id: ")[1].split()[0]
+        assert (await post_initialize(service, f"Bearer {token}"))[0] == 200  # now in the cache
+        assert (await cli(service, "tokens", "revoke", token_id)).returncode == 0
+        assert await refused_within_deadline(service, token)
 
 
 def test_cli_reports_clear_errors(tmp_path: Path) -> None:
