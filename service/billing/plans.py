@@ -6,9 +6,9 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from service.money import format_amount
+from service.money import format_amount, stripe_amount_problem
 
 DEFAULT_PLANS_FILE = Path(__file__).with_name("default_plans.toml")
 
@@ -21,7 +21,7 @@ class Plan(BaseModel, frozen=True):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
     name: str = Field(min_length=1, max_length=100)
     lookup_key: str = Field(min_length=1, max_length=200)
-    amount: int = Field(ge=0, description="integer minor units")
+    amount: int = Field(ge=0, description="integer minor units of the currency (ISO 4217 exponent)")
     currency: str = Field(pattern=r"^[a-z]{3}$")
     interval: Literal["day", "week", "month", "year"]
     tools: tuple[str, ...] = ()
@@ -30,6 +30,13 @@ class Plan(BaseModel, frozen=True):
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _amount_in_iso_minor_units(self) -> Plan:
+        problem = stripe_amount_problem(self.amount, self.currency)
+        if problem is not None:
+            raise ValueError(f"plan {self.id!r}: {problem}")
+        return self
 
     @property
     def price_label(self) -> str:

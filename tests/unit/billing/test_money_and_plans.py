@@ -10,7 +10,16 @@ from service.money import format_amount
 
 @pytest.mark.parametrize(
     ("amount", "currency", "text"),
-    [(900, "usd", "9.00 USD"), (5, "eur", "0.05 EUR"), (500, "jpy", "500 JPY"), (-1250, "usd", "-12.50 USD")],
+    [
+        (900, "usd", "9.00 USD"),
+        (5, "eur", "0.05 EUR"),
+        (500, "jpy", "500 JPY"),
+        (-1250, "usd", "-12.50 USD"),
+        (1250, "kwd", "1.250 KWD"),
+        (5, "bhd", "0.005 BHD"),
+        (12345, "clf", "1.2345 CLF"),
+        (700, "krw", "700 KRW"),
+    ],
 )
 def test_format_amount(amount: int, currency: str, text: str) -> None:
     assert format_amount(amount, currency) == text
@@ -38,6 +47,18 @@ def test_the_default_catalog_loads() -> None:
             "[[plans]]\nid='a'\nname='A'\nlookup_key='k'\namount=1\ncurrency='usd'\ninterval='month'\n"
             "[[plans]]\nid='b'\nname='B'\nlookup_key='k'\namount=1\ncurrency='usd'\ninterval='month'\n",
             "lookup keys must be unique",
+        ),
+        (
+            "[[plans]]\nid='a'\nname='A'\nlookup_key='k'\namount=900\ncurrency='usx'\ninterval='month'\n",
+            "'usx' is not an ISO 4217 currency code",
+        ),
+        (
+            "[[plans]]\nid='a'\nname='A'\nlookup_key='k'\namount=1255\ncurrency='kwd'\ninterval='month'\n",
+            "KWD amounts .thousandths. to end in 0",
+        ),
+        (
+            "[[plans]]\nid='a'\nname='A'\nlookup_key='k'\namount=900\ncurrency='isk'\ninterval='month'\n",
+            "Stripe does not count ISK in ISO 4217 minor units",
         ),
     ],
 )
