@@ -5,11 +5,7 @@ from __future__ import annotations
 # ISO 4217's active currency codes with their exponent (digits after the decimal point); funds
 # and precious-metal codes are left out. Most currencies have 2.
 _EXPONENT_OTHER_THAN_TWO = {
-    **dict.fromkeys(
-        ("bif", "clp", "djf", "gnf", "isk", "jpy", "kmf", "krw", "pyg", "rwf", "ugx", "uyi", "vnd", "vuv")
-        + ("xaf", "xof", "xpf"),
-        0,
-    ),
+    **dict.fromkeys("bif clp djf gnf isk jpy kmf krw pyg rwf ugx uyi vnd vuv xaf xof xpf".split(), 0),
     **dict.fromkeys(("bhd", "iqd", "jod", "kwd", "lyd", "omr", "tnd"), 3),
     **dict.fromkeys(("clf", "uyw"), 4),
 }
