@@ -44,6 +44,11 @@ SUBSCRIPTION_EVENTS = frozenset(
 )
 INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
 CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
+CHECKOUT_EXPIRED = "checkout.session.expired"
+# What a Stripe webhook endpoint must send (docs/stripe.md lists them; a test keeps the two equal).
+HANDLED_EVENT_TYPES = (
+    CHECKOUT_COMPLETED | SUBSCRIPTION_EVENTS | INVOICE_EVENTS | CHARGE_REVERSALS | {CHECKOUT_EXPIRED}
+)
 
 
 Prefetched = tuple[StripeEventData, FreshSubscription | None]
@@ -262,7 +267,7 @@ class WebhookProcessor:
                     source=source,
                     reversal=fresh.reversal,
                 )
-            if event.type == "checkout.session.expired":
+            if event.type == CHECKOUT_EXPIRED:
                 return await applier.checkout_expired(session, obj)
         except (EventIgnored, SubscriptionRejected) as exc:
             logger.warning("stripe event %s (%s) ignored: %s", event.id, event.type, exc)
