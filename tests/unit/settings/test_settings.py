@@ -98,5 +98,6 @@ def test_cli_serve_refuses_a_non_loopback_host_flag_in_development(
     from service.cli import main
 
     monkeypatch.chdir("/")
+    monkeypatch.setenv("PLANS_FILE", "/nonexistent/plans.toml")  # were the host let through: stop there
     assert main(["serve", "--host", "0.0.0.0"]) == 2  # noqa: S104
     assert "refusing to listen on HOST=0.0.0.0" in capsys.readouterr().err
