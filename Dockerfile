@@ -35,9 +35,13 @@ RUN python -m pip wheel --no-deps --no-cache-dir -w dist . \
 # ---- final: the same base and the virtualenv; no pip, no compiler, no secrets -------------------
 FROM python:3.11-slim-bookworm
 
+# A container listens on every interface, so the image runs production settings (which refuse the
+# development secrets and the sandbox key at start-up); development settings refuse a non-loopback
+# HOST unless ALLOW_NON_LOOPBACK_IN_DEVELOPMENT=true is set as well (the k8s sandbox overlay does).
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
+    ENVIRONMENT=production \
     HOST=0.0.0.0 \
     PORT=8000
 

@@ -190,6 +190,13 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
             "https://"
         ):
             problems.append("production needs an https PUBLIC_BASE_URL")
+        if (
+            config.get("ENVIRONMENT", "development") == "development"
+            and config.get("ALLOW_NON_LOOPBACK_IN_DEVELOPMENT", "").lower() != "true"
+        ):
+            problems.append(
+                "development settings listen on 0.0.0.0 only with ALLOW_NON_LOOPBACK_IN_DEVELOPMENT=true"
+            )
         if config.get("ENVIRONMENT") == "production" and config.get("STRIPE_API_BASE"):
             problems.append("production must talk to the real Stripe API (no STRIPE_API_BASE)")
         api_base = config.get("STRIPE_API_BASE")

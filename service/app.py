@@ -18,6 +18,7 @@ from service.async_library import declared_asyncio
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
+from service.billing.redirects import RedirectPolicy
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision, known_revisions
@@ -83,7 +84,12 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         embedded = await stack.enter_async_context(embedded_sandbox(settings))
         sandbox, api_base = embedded.sandbox, embedded.api_base
         checkout_domain = f"{urlsplit(api_base).netloc} (the built-in Stripe sandbox)"
-    gateway = StripeGateway.create(settings.stripe_secret_key.get_secret_value(), api_base, catalog)
+    gateway = StripeGateway.create(
+        settings.stripe_secret_key.get_secret_value(),
+        api_base,
+        catalog,
+        RedirectPolicy.for_environment(settings.is_development),
+    )
     stack.push_async_callback(gateway.aclose)
     if sandbox is not None:
         await gateway.sync_plans()
@@ -126,8 +132,11 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     await stack.enter_async_context(
         every(settings.completion_sweep_seconds, notifier.sweep, name="completion-sweep")
     )
-    toolset = load_tools(settings.tool_packages, catalog)
+    toolset = load_tools(settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points)
     upstream = await start_gateway(settings, stack, catalog)  # empty unless UPSTREAM_MCP_URL is set
+    catalog.check_plan_tools(
+        toolset.paid_tools.keys() | upstream.paid_tools.keys(), toolset.free_tool_names | upstream.free_tools
+    )
     tool_index = PaidToolIndex(catalog, {**toolset.paid_tools, **upstream.paid_tools})
     paywall = Paywall(
         GateSettings(

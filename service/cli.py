@@ -19,7 +19,7 @@ from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
 from service.logging_setup import configure_logging
 from service.paywall.pg_bus import notify_revocation
-from service.settings import ConfigurationError, Settings
+from service.settings import ConfigurationError, Settings, listen_problem
 from service.tool_packages import ToolPackageError, load_tools
 
 
@@ -92,8 +92,14 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     from service.web.draining import Draining, DrainingServer
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    if problem := listen_problem(settings):  # `--host` skips the settings' own validation
+        print(f"configuration error: {problem}", file=sys.stderr)
+        return 2
     try:  # refuse here, in one line, rather than in a traceback from inside the lifespan
-        load_tools(settings.tool_packages, PlanCatalog.load(settings.plans_file))
+        catalog = PlanCatalog.load(settings.plans_file)
+        tools = load_tools(settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points)
+        if not settings.upstream_mcp_url:  # an upstream's tools are known once it is reached
+            catalog.check_plan_tools(tools.paid_tools, tools.free_tool_names)
     except (PlanCatalogError, ToolPackageError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2

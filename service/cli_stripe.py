@@ -48,7 +48,12 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
     except PlanCatalogError as exc:
         raise CommandFailed(str(exc)) from exc
     try:
-        tools = PaidToolIndex(catalog, load_tools(settings.tool_packages, catalog).paid_tools)
+        tools = PaidToolIndex(
+            catalog,
+            load_tools(
+                settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points
+            ).paid_tools,
+        )
     except ToolPackageError as exc:
         raise CommandFailed(str(exc)) from exc
     engine = create_engine(settings.database_url)

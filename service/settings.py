@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.billing.plans import DEFAULT_PLANS_FILE
-from service.gateway.config import upstream_url_problem
+from service.gateway.config import is_loopback_host, upstream_url_problem
 
 DEV_SECRET_KEY = "dev-only-secret-key-change-me"  # noqa: S105 - the refused-outside-development default
 DEV_WEBHOOK_SECRET = "whsec_dev_sandbox_secret"  # noqa: S105
@@ -46,6 +46,9 @@ class Settings(BaseSettings):
 
     environment: Literal["development", "production"] = "development"
     host: str = "127.0.0.1"
+    # Development defaults (well-known secrets, the sandbox) are only safe on loopback; a container
+    # that sets HOST=0.0.0.0 must run production or opt out here explicitly.
+    allow_non_loopback_in_development: bool = False
     port: int = Field(default=8000, ge=1, le=65535)
     public_base_url: str = "http://127.0.0.1:8000"
     database_url: str = "sqlite:///./var/service.db"
@@ -72,6 +75,8 @@ class Settings(BaseSettings):
     plans_file: Path = DEFAULT_PLANS_FILE
     # Tool packages, `module:attribute` each; installed packages may also advertise `paid_mcp.tools`.
     tool_packages: CsvList = ["service.example_tools:tools"]
+    # Also load the `paid_mcp.tools` entry points of installed distributions (off: only TOOL_PACKAGES).
+    tool_entry_points: bool = False
     elicitation_style: Literal["error", "request"] = "error"
     elicitation_ttl_seconds: int = Field(default=24 * 3600, ge=60)
     payment_wait_seconds: float = Field(default=600.0, gt=0)
@@ -85,6 +90,9 @@ class Settings(BaseSettings):
     mcp_otel_spans: bool = False
     max_elicitations_per_hour: int = Field(default=20, ge=1)
     max_checkouts_per_hour: int = Field(default=10, ge=1)
+    # Presses of the pay button in an hour, counted before any Stripe call; beyond them, 429.
+    max_pay_attempts_per_user_per_hour: int = Field(default=30, ge=1, le=10_000)
+    max_pay_attempts_per_elicitation_per_hour: int = Field(default=10, ge=1, le=10_000)
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
     # How long /readyz keeps answering ready while a database it reached before does not answer.
@@ -112,7 +120,9 @@ class Settings(BaseSettings):
     # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
     upstream_mcp_url: str | None = None
     upstream_mcp_authorization: SecretStr | None = None  # sent upstream as `Authorization`
-    upstream_user_header_secret: SecretStr | None = None  # signs `X-Paid-MCP-User`, when set
+    upstream_user_header_secret: SecretStr | None = None  # signs `X-Paid-MCP-User`; required in production
+    # Upstream tools served free; a plan's `tools` makes one paid; any other upstream tool is not served.
+    upstream_free_tools: CsvList = []
     upstream_timeout_seconds: float = Field(default=60.0, gt=0)
 
     # argon2id for local accounts' passwords; the defaults are argon2-cffi's (RFC 9106 low-memory).
@@ -144,6 +154,7 @@ class Settings(BaseSettings):
         "request_state_keys",
         "stripe_webhook_secret",
         "tool_packages",
+        "upstream_free_tools",
         mode="before",
     )(_split_csv)
 
@@ -182,10 +193,20 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _development_stays_on_loopback(self) -> Settings:
+        if problem := listen_problem(self):
+            raise ConfigurationError(problem)
+        return self
+
+    @model_validator(mode="after")
     def _refuse_unsafe_production(self) -> Settings:
         if self.environment == "development":
             return self
         problems: list[str] = []
+        if self.stripe_api_base:
+            problems.append("STRIPE_API_BASE is set (production talks to Stripe's own API only)")
+        if self.upstream_mcp_url and self.upstream_user_header_secret is None:
+            problems.append("UPSTREAM_USER_HEADER_SECRET is required with UPSTREAM_MCP_URL")
         if not self.public_base_url.startswith("https://"):
             problems.append("PUBLIC_BASE_URL must use https:// outside development")
         if (
@@ -259,3 +280,19 @@ class Settings(BaseSettings):
         parts = urlsplit(self.public_base_url)
         origins = [f"{parts.scheme}://{parts.netloc}"]
         return list(dict.fromkeys([*origins, *self.mcp_allowed_origins]))
+
+
+def listen_problem(settings: Settings) -> str | None:
+    """Why the service must not listen on `settings.host`, or None.
+
+    Development settings carry well-known secrets and serve the Stripe sandbox, so they listen on
+    loopback only unless `ALLOW_NON_LOOPBACK_IN_DEVELOPMENT` says otherwise.
+    """
+    if not settings.is_development or settings.allow_non_loopback_in_development:
+        return None
+    if is_loopback_host(settings.host):
+        return None
+    return (
+        f"refusing to listen on HOST={settings.host or '(all interfaces)'} with ENVIRONMENT=development: "
+        "use a loopback host, ENVIRONMENT=production, or ALLOW_NON_LOOPBACK_IN_DEVELOPMENT=true"
+    )

@@ -1,4 +1,4 @@
-"""Loading tool packages named in settings or advertised by installed distributions."""
+"""Loading tool packages named in settings or (when enabled) advertised by installed distributions."""
 
 from __future__ import annotations
 
@@ -31,11 +31,21 @@ def load_tool_set(spec: str) -> ToolSet:
 
 
 def load_tools(
-    specs: list[str], catalog: PlanCatalog, *, entry_point_group: str = ENTRY_POINT_GROUP
+    specs: list[str],
+    catalog: PlanCatalog,
+    *,
+    entry_points_enabled: bool = False,
+    entry_point_group: str = ENTRY_POINT_GROUP,
 ) -> ToolSet:
-    """Every configured and advertised tool set, merged; duplicate names and unknown plans are errors."""
+    """Every configured tool set, merged; duplicate names and unknown plans are errors.
+
+    Tool sets advertised by installed distributions (`entry_point_group`) join only when
+    `entry_points_enabled` (TOOL_ENTRY_POINTS): installing a package must not silently add tools,
+    free ones included, to what the service sells.
+    """
     sources = {spec: load_tool_set(spec) for spec in specs}
-    for entry_point in entry_points(group=entry_point_group):
+    advertised = entry_points(group=entry_point_group) if entry_points_enabled else ()
+    for entry_point in advertised:
         try:
             loaded = entry_point.load()
         except Exception as exc:

@@ -24,6 +24,7 @@ class AuditKind(StrEnum):
     PAGE_OPENED = "payment_page_opened"
     IDENTITY_MISMATCH = "identity_mismatch"
     CHECKOUT_CREATED = "checkout_created"
+    CHECKOUT_ATTEMPT = "checkout_attempt"  # a press of the pay button, counted for its rate limit
     WEBHOOK_ACCEPTED = "webhook_accepted"
     WEBHOOK_REJECTED = "webhook_rejected"
     ENTITLEMENT_GRANTED = "entitlement_granted"
@@ -88,10 +89,20 @@ async def record_many(session: AsyncSession, kind: AuditKind, details: Sequence[
         await connection.execute(_AUDIT_INSERT, rows)
 
 
-async def count_recent(session: AsyncSession, kind: AuditKind, user_id: str, window: timedelta) -> int:
+async def count_recent(
+    session: AsyncSession,
+    kind: AuditKind,
+    user_id: str,
+    window: timedelta,
+    *,
+    elicitation_id: str | None = None,
+) -> int:
+    """Events of `kind` for `user_id` (and, if given, `elicitation_id`) within `window` of now."""
     statement = select(func.count()).where(
         col(AuditEvent.kind) == kind.value,
         col(AuditEvent.user_id) == user_id,
         col(AuditEvent.at) >= utcnow() - window,
     )
+    if elicitation_id is not None:
+        statement = statement.where(col(AuditEvent.elicitation_id) == elicitation_id)
     return int((await session.exec(statement)).one())

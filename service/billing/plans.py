@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Literal
 
@@ -85,3 +86,27 @@ class PlanCatalog:
                 plan = self.get(plan_id)
                 if plan is None:
                     raise PlanCatalogError(f"tool {tool!r} names unknown plan {plan_id!r}")
+
+    def check_plan_tools(self, paid: Collection[str], free: Collection[str]) -> None:
+        """Every tool a plan lists must be served and declared paid.
+
+        A listed tool that is free, or that nothing serves, is a start-up error naming it: the
+        paywall gates declared paid tools only, so the plan would otherwise sell a tool that is
+        served to everyone for nothing (or sell nothing at all).
+        """
+        problems: list[str] = []
+        for plan in self._plans.values():
+            for tool in plan.tools:
+                if tool in paid:
+                    continue
+                if tool in free:
+                    problems.append(
+                        f"plan {plan.id!r} lists tool {tool!r}, which is declared free; mark it paid "
+                        "(@tools.paid, or a plan for an upstream tool) or remove it from the plan"
+                    )
+                else:
+                    problems.append(
+                        f"plan {plan.id!r} lists tool {tool!r}, which no tool package or upstream serves"
+                    )
+        if problems:
+            raise PlanCatalogError("; ".join(problems))

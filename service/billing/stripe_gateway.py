@@ -17,6 +17,7 @@ import aiohttp
 import stripe
 
 from service.billing.plans import Plan, PlanCatalog
+from service.billing.redirects import ANY_REDIRECT, RedirectPolicy
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_reads import StripeReads
 
@@ -58,15 +59,23 @@ class StripeGateway:
         http_client: stripe.HTTPClient,
         catalog: PlanCatalog,
         reads: StripeReads,
+        redirects: RedirectPolicy = ANY_REDIRECT,
     ) -> None:
         self._client = client
+        self._redirects = redirects
         self._http_client = http_client
         self._reads = reads
         self._catalog = catalog
         self._price_ids: dict[str, str] = {}
 
     @classmethod
-    def create(cls, api_key: str, api_base: str | None, catalog: PlanCatalog) -> StripeGateway:
+    def create(
+        cls,
+        api_key: str,
+        api_base: str | None,
+        catalog: PlanCatalog,
+        redirects: RedirectPolicy = ANY_REDIRECT,
+    ) -> StripeGateway:
         # aiohttp, not httpx: a read costs about 0.28 ms of our CPU instead of 0.95 ms (measured
         # against the sandbox), and every webhook event makes one to three reads.
         http_client = stripe.AIOHTTPClient(timeout=aiohttp.ClientTimeout(total=STRIPE_TIMEOUT_SECONDS))
@@ -85,7 +94,7 @@ class StripeGateway:
             api_version=stripe.api_version,
             max_network_retries=STRIPE_NETWORK_RETRIES,
         )
-        return cls(client, http_client, catalog, reads)
+        return cls(client, http_client, catalog, reads, redirects)
 
     @property
     def client(self) -> stripe.StripeClient:
@@ -185,6 +194,10 @@ class StripeGateway:
             options={"idempotency_key": request.idempotency_key},
         )
 
+    def checkout_url(self, checkout: stripe.checkout.Session) -> str:
+        """Where to send the browser to pay; `UntrustedRedirect` if that is not Stripe's Checkout."""
+        return self._redirects.checked(checkout.url)
+
     async def retrieve_checkout_session(self, session_id: str) -> stripe.checkout.Session:
         return await self._client.v1.checkout.sessions.retrieve_async(session_id)
 
@@ -202,10 +215,11 @@ class StripeGateway:
         return await self._reads.get(path, **params)
 
     async def create_portal_session(self, customer_id: str, return_url: str) -> str:
+        """The portal URL to send the browser to; `UntrustedRedirect` if that is not Stripe's portal."""
         portal = await self._client.v1.billing_portal.sessions.create_async(
             params={"customer": customer_id, "return_url": return_url}
         )
-        return portal.url
+        return self._redirects.checked(portal.url)
 
     async def payment_target(self, payment_intent_id: str | None) -> PaymentTarget | None:
         """The invoice (and its subscription) that this payment intent paid, if any."""

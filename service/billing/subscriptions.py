@@ -51,13 +51,18 @@ def _period_end(subscription: Mapping[str, Any]) -> datetime | None:
     return datetime.fromtimestamp(max(ends), UTC) if ends else None
 
 
-def plan_of(subscription: Mapping[str, Any], catalog: PlanCatalog) -> str | None:
+def plan_of(subscription: Any, catalog: PlanCatalog) -> str | None:
+    """The plan whose catalog price the subscription bills, or None.
+
+    Only the price decides: `metadata.plan_id` is written by whoever created the subscription (any
+    holder of the Stripe key, the dashboard) and is never read, so a price outside the catalog
+    grants nothing whatever the metadata says.
+    """
     for item in field_of(field_of(subscription, "items"), "data") or []:
         plan = catalog.by_lookup_key(field_of(field_of(item, "price"), "lookup_key"))
         if plan is not None:
             return plan.id
-    metadata_plan = field_of(field_of(subscription, "metadata"), "plan_id")
-    return metadata_plan if isinstance(metadata_plan, str) and catalog.get(metadata_plan) else None
+    return None
 
 
 # session.info keys: what the current transaction already read and locked, so applying many Stripe

@@ -8,7 +8,8 @@ from urllib.parse import urlsplit
 LOOPBACK_NAMES = frozenset({"localhost"})
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback IP address (no name resolution)."""
     if host in LOOPBACK_NAMES:
         return True
     try:
@@ -26,6 +27,6 @@ def upstream_url_problem(url: str, *, development: bool) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "UPSTREAM_MCP_URL must be an absolute http(s) URL"
-    if parts.scheme == "http" and not (development and _is_loopback(parts.hostname)):
+    if parts.scheme == "http" and not (development and is_loopback_host(parts.hostname)):
         return "UPSTREAM_MCP_URL must use https:// (plain http only to a loopback host in development)"
     return None

@@ -9,7 +9,8 @@ so an `UpstreamTool` subclass carries the upstream's raw JSON schemas and replac
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -52,14 +53,43 @@ def _no_parameters() -> None:
     """Stands in for the function `Tool` expects; the arguments go upstream as given."""
 
 
-def paid_specs(upstream_tools: list[t.Tool], catalog: PlanCatalog) -> dict[str, PaidTool]:
-    """The upstream tools some plan lists in the plans file, as paid tools the paywall knows."""
-    specs: dict[str, PaidTool] = {}
+class UnclassifiedTools(Exception):
+    """The gateway's configuration classifies an upstream tool both free and paid; the message names it."""
+
+
+@dataclass(frozen=True)
+class Classified:
+    """The upstream tools the gateway serves, and the ones it leaves out for want of a class."""
+
+    served: list[t.Tool]
+    paid: dict[str, PaidTool]
+    free: frozenset[str]
+    unclassified: list[str]
+
+
+def classify(upstream_tools: list[t.Tool], catalog: PlanCatalog, free: Iterable[str]) -> Classified:
+    """Paid: some plan lists the tool. Free: `UPSTREAM_FREE_TOOLS` names it. Anything else is not served.
+
+    A tool the upstream adds later is therefore never served, free or otherwise, until an operator
+    decides which it is; naming a tool both ways is a start-up error.
+    """
+    declared_free = set(free)
+    paid: dict[str, PaidTool] = {}
     for tool in upstream_tools:
         plans = tuple(plan.id for plan in catalog.plans_unlocking(tool.name))
         if plans:
-            specs[tool.name] = PaidTool(_no_parameters, tool.name, tool.description, tool.title, plans)
-    return specs
+            paid[tool.name] = PaidTool(_no_parameters, tool.name, tool.description, tool.title, plans)
+    both = sorted(declared_free & paid.keys())
+    if both:
+        raise UnclassifiedTools(
+            f"upstream tools {both} are listed in UPSTREAM_FREE_TOOLS and sold by a plan; choose one"
+        )
+    served = [tool for tool in upstream_tools if tool.name in paid or tool.name in declared_free]
+    left_out = sorted(
+        tool.name for tool in upstream_tools if tool.name not in paid and tool.name not in declared_free
+    )
+    free_served = frozenset(tool.name for tool in served if tool.name in declared_free)
+    return Classified(served, paid, free_served, left_out)
 
 
 def _forwarder(upstream: UpstreamClient, name: str, paid: PaidTool | None, gate: PaywallGate) -> Forward:

@@ -8,8 +8,8 @@ found at start-up is reused: on a 2026-07-28 upstream a call costs no handshake 
 result is adopted); a 2025-11-25-only upstream costs one `initialize` per call.
 
 The upstream only ever sees its own credential (`UPSTREAM_MCP_AUTHORIZATION`) and, if configured,
-the signed `X-Paid-MCP-User` header: each call's headers are built here, from settings and the
-verified caller id, never copied from the incoming request.
+the signed `X-Paid-MCP-User` header, bound to the call's tool name and arguments: each call's
+headers are built here, from settings and the verified caller id, never copied from the request.
 """
 
 from __future__ import annotations
@@ -44,6 +44,15 @@ class UpstreamConfig:
     timeout_seconds: float
 
 
+@dataclass(frozen=True)
+class ForwardedCall:
+    """One tool call on a user's behalf: what the signed user header is bound to."""
+
+    user_id: str
+    name: str
+    arguments: dict[str, object]
+
+
 def error_result(text: str) -> t.CallToolResult:
     return t.CallToolResult(content=[t.TextContent(type="text", text=text)], is_error=True)
 
@@ -63,12 +72,14 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._transport.aclose()
 
-    def _client(self, user_id: str | None, *, mode: str | None = None) -> Client:
+    def _client(self, call: ForwardedCall | None, *, mode: str | None = None) -> Client:
         headers: dict[str, str] = {}
         if self._config.authorization:
             headers["Authorization"] = self._config.authorization
-        if user_id is not None and self._config.user_header_secret:
-            headers[USER_HEADER] = sign_user_header(self._config.user_header_secret, user_id)
+        if call is not None and self._config.user_header_secret:
+            headers[USER_HEADER] = sign_user_header(
+                self._config.user_header_secret, call.user_id, tool_name=call.name, arguments=call.arguments
+            )
         # A light per-call client over the shared transport: it owns no sockets, so it needs no close
         # (closing it would close the shared pool).
         http = httpx2.AsyncClient(
@@ -120,7 +131,7 @@ class UpstreamClient:
         timeout = self._config.timeout_seconds
         try:
             with anyio.fail_after(timeout):
-                async with self._client(user_id) as client:
+                async with self._client(ForwardedCall(user_id, name, arguments)) as client:
                     return await client.call_tool(name, arguments, progress_callback=progress)
         except Exception as exc:  # transport failures arrive in many shapes
             return _failure_result(name, _unwrap(exc), timeout)

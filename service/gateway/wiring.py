@@ -12,7 +12,7 @@ from mcp.server import MCPServer
 from pydantic import SecretStr
 
 from service.billing.plans import PlanCatalog
-from service.gateway.tools import install_upstream_tools, paid_specs
+from service.gateway.tools import classify, install_upstream_tools
 from service.gateway.upstream import UpstreamClient, UpstreamConfig
 from service.paywall.toolset import PaidTool, PaywallGate
 from service.settings import Settings
@@ -22,11 +22,12 @@ logger = logging.getLogger("service.gateway")
 
 @dataclass
 class Gateway:
-    """The upstream's tools, read once at start-up; empty when no upstream is configured."""
+    """The upstream's classified tools, read once at start-up; empty when no upstream is configured."""
 
     upstream: UpstreamClient | None = None
     tools: list[t.Tool] = field(default_factory=list)
     paid_tools: dict[str, PaidTool] = field(default_factory=dict)
+    free_tools: frozenset[str] = frozenset()
 
     async def install(self, server: MCPServer, gate: PaywallGate) -> None:
         """Serve the upstream's tools on `server`; call after our own tools, before observability."""
@@ -52,16 +53,21 @@ async def start_gateway(settings: Settings, stack: AsyncExitStack, catalog: Plan
     )
     upstream = UpstreamClient(config, httpx2.AsyncHTTPTransport())
     stack.push_async_callback(upstream.aclose)
-    tools = await upstream.list_tools()
-    paid = paid_specs(tools, catalog)
+    classified = classify(await upstream.list_tools(), catalog, settings.upstream_free_tools)
+    if classified.unclassified:
+        logger.warning(
+            "gateway: not serving upstream tools %s: list each in UPSTREAM_FREE_TOOLS or in a plan's tools",
+            classified.unclassified,
+        )
     logger.info(
-        "gateway: %d upstream tools from %s (%d paid, protocol %s)",
-        len(tools),
+        "gateway: %d upstream tools from %s (%d paid, %d free, protocol %s)",
+        len(classified.served),
         config.url,
-        len(paid),
+        len(classified.paid),
+        len(classified.free),
         upstream.protocol_version,
     )
-    return Gateway(upstream, tools, paid)
+    return Gateway(upstream, classified.served, classified.paid, classified.free)
 
 
 def _secret(value: SecretStr | None) -> str | None:

@@ -9,7 +9,7 @@ numbers (13 to 19 digits passing the Luhn check). A Stripe event payload is repl
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 REDACTED = "[REDACTED]"
@@ -20,21 +20,31 @@ SENSITIVE_KEY = re.compile(
     r"card|cvc|cvv|pan|code_verifier|client_secret|credential|payload|body)"
 )
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+
+def _redact_value(match: re.Match[str]) -> str:
+    """`key: value` with the value replaced, keeping the quote it had, if any."""
+    value = match.group(0)[match.end(2) - match.start(0) :]
+    quote = value[0] if value[0] in "\"'" else ""
+    return f"{match.group(1)}{match.group(2)}{quote}{REDACTED}{quote}"
+
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
     # Bearer / Basic credentials, whatever the token looks like.
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    # Header or field lines: "Authorization: …", "Cookie: …", "Set-Cookie: …", "Stripe-Signature: …".
+    # Header or field lines: "Authorization: …", "Cookie: …", "Set-Cookie: …", "Stripe-Signature: …",
+    # also as a JSON key or a Python repr's quoted key.
     (
-        re.compile(r"(?i)\b(authorization|cookie|set-cookie|stripe-signature)(\"?\s*[:=]\s*)[^\r\n]+"),
+        re.compile(r"(?i)\b(authorization|cookie|set-cookie|stripe-signature)([\"']?\s*[:=]\s*)[^\r\n]+"),
         rf"\1\2{REDACTED}",
     ),
-    # key=value / "key": "value" with a secret-looking key.
+    # key=value, "key": "value" (JSON) and 'key': 'value' (a Python repr) with a secret-looking key;
+    # a quoted value is redacted up to its closing quote, spaces and all.
     (
         re.compile(
-            r"(?i)\b([\w-]*(?:password|secret|token|signature|api[_-]?key|code_verifier|session)[\w-]*)"
-            r"(\"?\s*[:=]\s*\"?)([^\s\"',;&}]+)"
+            r"(?i)\b([\w-]*(?:password|passwd|secret|token|signature|api[_-]?key|code_verifier|session)[\w-]*)"
+            r"([\"']?\s*[:=]\s*)(?:\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|[\"']?[^\s\"',;&}]+)"
         ),
-        rf"\1\2{REDACTED}",
+        _redact_value,
     ),
     # This service's bearer secrets: personal/access/refresh tokens, OAuth codes, browser sessions.
     (re.compile(r"\bmcp_(?:pat|at|rt|code)_[A-Za-z0-9_-]{16,}"), REDACTED),

@@ -73,6 +73,10 @@ class Paywall:
         self._notifier = notifier
         self._tools = tools
 
+    def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
+        """Whether these plans unlock the tool `elicitation` was opened for."""
+        return self._tools.satisfied_by(elicitation, entitled_plan_ids)
+
     def payment_url(self, elicitation_id: str) -> str:
         return f"{self._settings.public_base_url}/pay/{elicitation_id}"
 

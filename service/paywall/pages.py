@@ -6,9 +6,12 @@ tool: anyone else gets a 403 and an audit record, and no Checkout Session is eve
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
 
+import stripe
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -16,19 +19,29 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
 from service.billing.plans import Plan
+from service.billing.redirects import UntrustedRedirect
+from service.billing.stripe_fields import field_of
 from service.billing.stripe_gateway import CheckoutRequest
+from service.billing.subscriptions import entitled_plan_ids, plan_of
 from service.db.metadata import utcnow
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
 from service.identity.endpoints import login_path
 from service.identity.models import User
+from service.identity.service import browser_session_user
 from service.paywall.elicitations import RateLimited, restart
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.runtime import Runtime
+from service.web.cookies import SESSION_COOKIE
 
 router = APIRouter(tags=["payment"])
+logger = logging.getLogger("service.paywall.pages")
 
 CHECKOUT_MIN_LIFETIME = timedelta(minutes=31)  # Stripe requires at least 30 minutes
 CHECKOUT_MAX_LIFETIME = timedelta(hours=23)  # and at most 24 hours
+CHECKOUT_WINDOW = timedelta(hours=1)
+PAY_ATTEMPT_WINDOW = timedelta(hours=1)
+# A subscription in one of these is one the customer pays for, or is about to.
+LIVE_STATUSES = frozenset({"active", "trialing", "past_due"})
 
 
 async def _checked(
@@ -113,15 +126,139 @@ async def payment_page(
     )
 
 
+@dataclass(frozen=True)
+class CheckoutPlan:
+    """What the pay button's read transaction found; the Stripe calls that follow work from this alone."""
+
+    elicitation: Elicitation
+    plan: Plan
+    user_id: str
+    username: str
+    customer_id: str | None
+
+
+def _too_many(runtime: Runtime, what: str, retry_after: timedelta) -> Response:
+    response = runtime.pages.message(
+        "Too many attempts", f"You {what}. Please try again later.", status_code=429
+    )
+    response.headers["Retry-After"] = str(int(retry_after.total_seconds()))
+    return response
+
+
+def _waiting_for_confirmation(runtime: Runtime) -> Response:
+    return runtime.pages.message(
+        "Payment received, waiting for confirmation",
+        "Stripe has your payment and is confirming it to us, usually within seconds. Nothing more to "
+        "pay: go back to your MCP client, the tool continues by itself once the confirmation arrives.",
+    )
+
+
+def _untrusted_redirect(runtime: Runtime) -> Response:
+    return runtime.pages.message(
+        "Payment page unavailable",
+        "Stripe answered with an address we do not send browsers to. Nothing was charged; please try "
+        "again later.",
+        status_code=502,
+    )
+
+
+async def _pay_attempts_exceeded(
+    runtime: Runtime, session: AsyncSession, user_id: str, elicitation_id: str
+) -> Response | None:
+    """Count this press of the pay button, or refuse it: per user and per elicitation, before Stripe."""
+    settings = runtime.settings
+    by_user = await count_recent(session, AuditKind.CHECKOUT_ATTEMPT, user_id, PAY_ATTEMPT_WINDOW)
+    by_elicitation = await count_recent(
+        session, AuditKind.CHECKOUT_ATTEMPT, user_id, PAY_ATTEMPT_WINDOW, elicitation_id=elicitation_id
+    )
+    if (
+        by_user >= settings.max_pay_attempts_per_user_per_hour
+        or by_elicitation >= settings.max_pay_attempts_per_elicitation_per_hour
+    ):
+        await record(
+            session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="pay"
+        )
+        return _too_many(runtime, "pressed the pay button too often in the last hour", PAY_ATTEMPT_WINDOW)
+    await record(session, AuditKind.CHECKOUT_ATTEMPT, user_id=user_id, elicitation_id=elicitation_id)
+    return None
+
+
+async def _read_checkout_plan(
+    runtime: Runtime, request: Request, elicitation_id: str
+) -> CheckoutPlan | Response:
+    """The read step of the pay button, in one short transaction: who, what, whether to go on at all."""
+    async with runtime.sessions() as session, session.begin():
+        user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
+        payable = await _payable(runtime, session, user, elicitation_id, request)
+        if not isinstance(payable, tuple):
+            return payable
+        elicitation, plan, user = payable
+        refused = await _pay_attempts_exceeded(runtime, session, user.id, elicitation.id)
+        if refused is not None:
+            return refused
+        # Fresh from the database, not the paywall's cache: a payment confirmed seconds ago counts.
+        grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+        entitled = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
+        if runtime.paywall.satisfied_by(elicitation, entitled):
+            return runtime.pages.message(
+                "Already subscribed",
+                "Your subscription already unlocks this tool; nothing was charged. Return to your MCP "
+                "client and call the tool again.",
+            )
+        checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user.id, CHECKOUT_WINDOW)
+        if checkouts >= runtime.settings.max_checkouts_per_hour:
+            await record(
+                session,
+                AuditKind.RATE_LIMITED,
+                user_id=user.id,
+                elicitation_id=elicitation.id,
+                what="checkout",
+            )
+            return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+        customer = await session.get(StripeCustomer, user.id)
+        session.expunge(elicitation)
+        return CheckoutPlan(
+            elicitation, plan, user.id, user.username, customer.customer_id if customer else None
+        )
+
+
+async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response | None:
+    """What to do instead of a new Checkout Session, if the user already paid or is paying (Stripe reads)."""
+    gateway = runtime.stripe
+    elicitation = found.elicitation
+    if elicitation.checkout_session_id is not None:
+        current = await gateway.retrieve_checkout_session(elicitation.checkout_session_id)
+        if current.status == "complete":
+            return _waiting_for_confirmation(runtime)
+        if current.status == "open" and current.url:
+            return RedirectResponse(gateway.checkout_url(current), status_code=303)
+    if found.customer_id is None:
+        return None
+    live_plans = {
+        plan_id
+        for subscription in await gateway.list_subscriptions(found.customer_id)
+        if field_of(subscription, "status") in LIVE_STATUSES
+        and (plan_id := plan_of(subscription, runtime.catalog)) is not None
+    }
+    if runtime.paywall.satisfied_by(elicitation, frozenset(live_plans)):
+        return _waiting_for_confirmation(runtime)  # paid, the webhook has not told us yet
+    if live_plans:
+        # A second subscription would bill twice: change the plan of the one there is instead.
+        url = await gateway.create_portal_session(
+            found.customer_id, return_url=f"{runtime.settings.public_base_url}/pay/{elicitation.id}"
+        )
+        return RedirectResponse(url, status_code=303)
+    return None
+
+
 @router.post("/pay/{elicitation_id}")
 async def start_checkout(
     elicitation_id: str,
     request: Request,
     runtime: RuntimeDep,
-    session: SessionDep,
-    user: BrowserUser,
     csrf_token: Annotated[str | None, Form()] = None,
 ) -> Response:
+    """Read (a short transaction), then Stripe (no transaction held), then write (a short transaction)."""
     if not runtime.csrf.verify(request, csrf_token):
         return runtime.pages.message(
             "Form expired",
@@ -130,63 +267,57 @@ async def start_checkout(
             link_href=f"/pay/{elicitation_id}",
             link_text="Back to the payment page",
         )
-    payable = await _payable(runtime, session, user, elicitation_id, request)
-    if not isinstance(payable, tuple):
-        return payable
-    checked, plan, user = payable
-
+    found = await _read_checkout_plan(runtime, request, elicitation_id)
+    if not isinstance(found, CheckoutPlan):
+        return found
     gateway = runtime.stripe
-    if checked.checkout_session_id is not None:
-        current = await gateway.retrieve_checkout_session(checked.checkout_session_id)
-        if current.status == "open" and current.url:
-            return RedirectResponse(current.url, status_code=303)
+    elicitation = found.elicitation
+    try:
+        instead = await _existing_payment(runtime, found)
+        if instead is not None:
+            return instead
+        customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
+        now = utcnow()
+        lifetime = min(max(elicitation.expires_at - now, CHECKOUT_MIN_LIFETIME), CHECKOUT_MAX_LIFETIME)
+        attempt = elicitation.checkout_attempt + 1
+        base = runtime.settings.public_base_url
+        checkout = await gateway.create_checkout_session(
+            CheckoutRequest(
+                customer_id=customer_id,
+                price_id=await gateway.price_id(found.plan),
+                user_id=found.user_id,
+                elicitation_id=elicitation.id,
+                plan_id=found.plan.id,
+                success_url=f"{base}/pay/{elicitation.id}/success?session_id={{CHECKOUT_SESSION_ID}}",
+                cancel_url=f"{base}/pay/{elicitation.id}/cancel",
+                expires_at=int((now + lifetime).timestamp()),
+                idempotency_key=f"checkout:{elicitation.id}:{attempt}",
+            )
+        )
+        url = gateway.checkout_url(checkout)
+    except UntrustedRedirect:
+        logger.exception("refused a redirect from Stripe for elicitation %s", elicitation.id)
+        return _untrusted_redirect(runtime)
+    except stripe.IdempotencyError:
+        # Two presses at once made the same request with different expiry times; the other one won.
+        return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
 
-    window = timedelta(hours=1)
-    if (
-        await count_recent(session, AuditKind.CHECKOUT_CREATED, user.id, window)
-        >= runtime.settings.max_checkouts_per_hour
-    ):
+    async with runtime.sessions() as session, session.begin():
+        if found.customer_id is None and await session.get(StripeCustomer, found.user_id) is None:
+            session.add(StripeCustomer(user_id=found.user_id, customer_id=customer_id))
+        row = await session.get(Elicitation, elicitation.id, with_for_update=True)
+        if row is not None:
+            row.checkout_attempt = max(row.checkout_attempt, attempt)
+            row.checkout_session_id = checkout.id
+            session.add(row)
         await record(
-            session, AuditKind.RATE_LIMITED, user_id=user.id, elicitation_id=checked.id, what="checkout"
+            session,
+            AuditKind.CHECKOUT_CREATED,
+            user_id=found.user_id,
+            elicitation_id=elicitation.id,
+            checkout=checkout.id,
         )
-        response = runtime.pages.message(
-            "Too many attempts",
-            "You started too many checkouts in the last hour. Please try again later.",
-            status_code=429,
-        )
-        response.headers["Retry-After"] = str(int(window.total_seconds()))
-        return response
-
-    customer = await session.get(StripeCustomer, user.id)
-    if customer is None:
-        customer = StripeCustomer(
-            user_id=user.id, customer_id=await gateway.create_customer(user.id, user.username)
-        )
-        session.add(customer)
-    now = utcnow()
-    lifetime = min(max(checked.expires_at - now, CHECKOUT_MIN_LIFETIME), CHECKOUT_MAX_LIFETIME)
-    checked.checkout_attempt += 1
-    base = runtime.settings.public_base_url
-    checkout = await gateway.create_checkout_session(
-        CheckoutRequest(
-            customer_id=customer.customer_id,
-            price_id=await gateway.price_id(plan),
-            user_id=user.id,
-            elicitation_id=checked.id,
-            plan_id=plan.id,
-            success_url=f"{base}/pay/{checked.id}/success?session_id={{CHECKOUT_SESSION_ID}}",
-            cancel_url=f"{base}/pay/{checked.id}/cancel",
-            expires_at=int((now + lifetime).timestamp()),
-            idempotency_key=f"checkout:{checked.id}:{checked.checkout_attempt}",
-        )
-    )
-    checked.checkout_session_id = checkout.id
-    session.add(checked)
-    await record(
-        session, AuditKind.CHECKOUT_CREATED, user_id=user.id, elicitation_id=checked.id, checkout=checkout.id
-    )
-    assert checkout.url is not None
-    return RedirectResponse(checkout.url, status_code=303)
+    return RedirectResponse(url, status_code=303)
 
 
 @router.get("/pay/{elicitation_id}/success")

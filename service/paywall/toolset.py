@@ -92,6 +92,10 @@ class ToolSet:
     def paid_tools(self) -> dict[str, PaidTool]:
         return {spec.name: spec for spec in self.tools if isinstance(spec, PaidTool)}
 
+    @property
+    def free_tool_names(self) -> frozenset[str]:
+        return frozenset(spec.name for spec in self.tools if not isinstance(spec, PaidTool))
+
     def install(self, server: MCPServer, gate: PaywallGate, threads: ToolThreads) -> None:
         """Register every tool on `server`; sync tools run in `threads`, not the SDK's own."""
         for spec in self.tools:

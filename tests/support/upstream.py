@@ -8,6 +8,7 @@ entered again on the same port to model a restart.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from mcp_types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.gateway.signing import verify_user_header
+from service.gateway.signing import USER_HEADER, verify_user_header
 from tests.support.servers import bound_socket, port_of, serve
 
 UPSTREAM_CREDENTIAL = "Bearer upstream-own-credential-123"
@@ -72,6 +73,21 @@ class Recorder:
     def tool_calls(self) -> list[SeenRequest]:
         return [seen for seen in self.requests if b'"tools/call"' in seen.body]
 
+    def verified_users(self) -> list[str]:
+        """The user each recorded tool call's signed header names, checked against that very call."""
+        users: list[str] = []
+        for seen in self.tool_calls():
+            params = json.loads(seen.body)["params"]
+            users.append(
+                verify_user_header(
+                    USER_HEADER_SECRET,
+                    seen.headers[USER_HEADER.lower()],
+                    tool_name=params["name"],
+                    arguments=params.get("arguments"),
+                )
+            )
+        return users
+
 
 def build_upstream(release: anyio.Event) -> MCPServer:
     server = MCPServer("vendor-upstream")
@@ -107,12 +123,16 @@ def build_upstream(release: anyio.Event) -> MCPServer:
         await release.wait()
         return "released"
 
+    @server.tool(description="A tool no one classified: the gateway must not serve it.")
+    def unclassified_admin() -> str:
+        return "the vendor's admin tool ran"
+
     @server.tool(description="Which user the gateway's signed header names.")
     def signed_user(ctx: Context) -> str:
         value = (ctx.headers or {}).get("x-paid-mcp-user")
         if value is None:
             return "no header"
-        return verify_user_header(USER_HEADER_SECRET, value)
+        return verify_user_header(USER_HEADER_SECRET, value, tool_name="signed_user", arguments={})
 
     return server
 

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from importlib.metadata import entry_points
+from pathlib import Path
+
 import pytest
 
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
-from service.tool_packages import ToolPackageError, load_tools
+from service.settings import Settings
+from service.tool_packages import ENTRY_POINT_GROUP, ToolPackageError, load_tools
 
 CATALOG = PlanCatalog.load(DEFAULT_PLANS_FILE)
 
@@ -34,3 +38,30 @@ def test_bad_packages_are_refused_clearly(spec: str, complaint: str) -> None:
 def test_the_same_tool_name_twice_is_refused() -> None:
     with pytest.raises(ToolPackageError, match="'text_stats' comes from both"):
         load_tools(["service.example_tools:tools", "tests.fixtures.vendor_tools:clashing"], CATALOG)
+
+
+@pytest.fixture
+def advertised_vendor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installed distribution advertising a tool set through the `paid_mcp.tools` entry point."""
+    dist_info = tmp_path / "vendor_tools_dist-1.0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: vendor-tools-dist\nVersion: 1.0\n")
+    (dist_info / "entry_points.txt").write_text(
+        f"[{ENTRY_POINT_GROUP}]\nvendor = tests.fixtures.vendor_tools:tools\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+@pytest.mark.usefixtures("advertised_vendor")
+def test_entry_point_tool_packages_load_only_when_enabled() -> None:
+    assert any(point.name == "vendor" for point in entry_points(group=ENTRY_POINT_GROUP))
+    by_default = load_tools(["service.example_tools:tools"], CATALOG)
+    assert "vendor_hello" not in {spec.name for spec in by_default.tools}, "installed is not enabled"
+    enabled = load_tools(["service.example_tools:tools"], CATALOG, entry_points_enabled=True)
+    assert {"vendor_hello", "vendor_reverse"} <= {spec.name for spec in enabled.tools}
+
+
+def test_entry_points_are_off_unless_the_setting_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings(_env_file=None).tool_entry_points is False  # type: ignore[call-arg]
+    monkeypatch.setenv("TOOL_ENTRY_POINTS", "true")
+    assert Settings(_env_file=None).tool_entry_points is True  # type: ignore[call-arg]

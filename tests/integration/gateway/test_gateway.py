@@ -15,8 +15,8 @@ import pytest
 from mcp import MCPError, UrlElicitationRequiredError
 
 from service.app import create_app
-from service.gateway.signing import USER_HEADER, verify_user_header
-from service.gateway.tools import ToolNameCollision
+from service.gateway.signing import USER_HEADER, InvalidUserHeader, verify_user_header
+from service.gateway.tools import ToolNameCollision, UnclassifiedTools
 from service.gateway.upstream import UpstreamUnavailable
 from service.identity.models import User
 from tests.support.mcp_clients import ClientProbe, probed_client
@@ -24,6 +24,8 @@ from tests.support.payment import pay
 from tests.support.service import RunningService, make_settings, run_service
 from tests.support.upstream import UPSTREAM_CREDENTIAL, USER_HEADER_SECRET, UpstreamHost, upstream_host
 
+# Every upstream tool but `unclassified_admin` (and `premium_report`, which a plan sells).
+FREE_UPSTREAM_TOOLS = ["echo", "count_slowly", "explode", "refuse", "hang", "signed_user"]
 ERAS = ["legacy", "auto"]  # 2025-11-25 sessions, and the sessionless 2026-07-28 the client negotiates
 
 PLANS = """
@@ -66,6 +68,7 @@ def gateway_settings(upstream: UpstreamHost, plans_file: Path, **overrides: obje
         "upstream_mcp_url": upstream.url,
         "upstream_mcp_authorization": UPSTREAM_CREDENTIAL,
         "upstream_user_header_secret": USER_HEADER_SECRET,
+        "upstream_free_tools": ",".join(FREE_UPSTREAM_TOOLS),
         **overrides,
     }
 
@@ -100,6 +103,8 @@ async def test_lists_upstream_tools_with_their_schemas(
         ours = {tool.name: tool for tool in (await client.list_tools()).tools}
     async with probed_client(upstream.url, "unused", ClientProbe(), mode=mode) as direct:
         theirs = {tool.name: tool for tool in (await direct.list_tools()).tools}
+    assert "unclassified_admin" in theirs and "unclassified_admin" not in ours, "unclassified: not served"
+    del theirs["unclassified_admin"]
     for name, tool in theirs.items():
         assert name in ours, name
         mine = ours[name]
@@ -131,8 +136,14 @@ async def test_free_tool_is_forwarded_with_the_upstreams_credential_and_never_ou
     for seen in upstream.recorder.requests:
         assert token not in str(seen.headers) and token.encode() not in seen.body, "token passthrough"
         assert seen.headers.get("authorization") == UPSTREAM_CREDENTIAL
-    for seen in calls:
-        assert verify_user_header(USER_HEADER_SECRET, seen.headers[USER_HEADER.lower()]) == user.id
+    assert upstream.recorder.verified_users() == [user.id, user.id], "each header signed for its own call"
+    echo_header = calls[0].headers[USER_HEADER.lower()]
+    with pytest.raises(InvalidUserHeader):  # a captured header does not run another tool
+        verify_user_header(
+            USER_HEADER_SECRET, echo_header, tool_name="premium_report", arguments={"text": "hi there"}
+        )
+    with pytest.raises(InvalidUserHeader):  # nor the same tool with other arguments
+        verify_user_header(USER_HEADER_SECRET, echo_header, tool_name="echo", arguments={"text": "rm -rf"})
 
 
 async def test_paid_tool_legacy_32042_then_payment_then_forwarded(
@@ -255,7 +266,10 @@ async def test_name_collision_with_a_local_tool_is_a_startup_error(
     database_url: str, plans_file: Path
 ) -> None:
     async with upstream_host(extra_tool="whoami") as clashing, clashing.running():
-        settings = make_settings(database_url, 8999, **gateway_settings(clashing, plans_file))
+        free = ",".join([*FREE_UPSTREAM_TOOLS, "whoami"])
+        settings = make_settings(
+            database_url, 8999, **gateway_settings(clashing, plans_file, upstream_free_tools=free)
+        )
         app = create_app(settings)
         with pytest.raises(ToolNameCollision, match="whoami"):
             async with app.router.lifespan_context(app):
@@ -277,3 +291,36 @@ async def test_concurrent_calls_of_two_users_each_carry_their_own_user(
     uma, ulf = await asyncio.gather(call_as("uma"), call_as("ulf"))
     assert uma == [ids["uma"]] * 5
     assert ulf == [ids["ulf"]] * 5
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_unclassified_upstream_tool_is_not_served(
+    gateway: RunningService, upstream: UpstreamHost, mode: str
+) -> None:
+    token = await user_token(gateway, "una")
+    async with probed_client(gateway.mcp_url, token, ClientProbe(), mode=mode) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        try:
+            result = await client.call_tool("unclassified_admin", {})
+        except MCPError as exc:
+            refusal = exc.error.message
+        else:
+            assert result.is_error, result
+            refusal = text_of(result)
+    assert "unclassified_admin" not in names
+    assert "unclassified_admin" in refusal and "ran" not in refusal
+    assert upstream.recorder.tool_calls() == [], "nothing reached the upstream"
+
+
+async def test_a_tool_both_free_and_sold_is_a_startup_error(
+    database_url: str, upstream: UpstreamHost, plans_file: Path
+) -> None:
+    free = ",".join([*FREE_UPSTREAM_TOOLS, "premium_report"])
+    settings = make_settings(
+        database_url, 8999, **gateway_settings(upstream, plans_file, upstream_free_tools=free)
+    )
+    app = create_app(settings)
+    async with upstream.running():
+        with pytest.raises(UnclassifiedTools, match="premium_report"):
+            async with app.router.lifespan_context(app):
+                pass

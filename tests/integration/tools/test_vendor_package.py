@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 from mcp import MCPError, UrlElicitationRequiredError
 
+from service.app import create_app
+from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalogError
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
-from tests.support.service import RunningService, run_service
+from tests.support.service import RunningService, make_settings, run_service
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = "service.example_tools:tools,tests.fixtures.vendor_tools:tools"
@@ -91,3 +93,57 @@ async def test_serve_refuses_a_broken_tool_package_in_one_line(tmp_path: Path) -
     assert process.returncode == 2
     assert "configuration error: paid tool 'shiny'" in err.decode()
     assert "Traceback" not in err.decode()
+
+
+def plans_selling(path: Path, tool: str) -> Path:
+    """The default plans plus one that lists `tool`."""
+    path.write_text(
+        DEFAULT_PLANS_FILE.read_text(encoding="utf-8")
+        + f'\n[[plans]]\nid = "extra"\nname = "Extra"\nlookup_key = "extra_monthly"\namount = 100\n'
+        f'currency = "usd"\ninterval = "month"\ntools = ["ascii_chart", "{tool}"]\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("tool", "complaint"),
+    [
+        ("text_stats", "plan 'extra' lists tool 'text_stats', which is declared free"),
+        ("no_such_tool", "plan 'extra' lists tool 'no_such_tool', which no tool package or upstream serves"),
+    ],
+    ids=["free", "missing"],
+)
+async def test_serve_refuses_a_plan_selling_a_free_or_missing_tool(
+    tmp_path: Path, tool: str, complaint: str
+) -> None:
+    env = {
+        **os.environ,
+        "PLANS_FILE": str(plans_selling(tmp_path / "plans.toml", tool)),
+        "DATABASE_URL": f"sqlite:///{tmp_path / 's.db'}",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        "serve",
+        "--port",
+        "0",
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        _, err = await process.communicate()
+    assert process.returncode == 2, err.decode()
+    assert f"configuration error: {complaint}" in err.decode()
+    assert "Traceback" not in err.decode()
+
+
+async def test_the_lifespan_refuses_a_plan_selling_a_free_tool(database_url: str, tmp_path: Path) -> None:
+    settings = make_settings(database_url, 8999, plans_file=plans_selling(tmp_path / "plans.toml", "whoami"))
+    app = create_app(settings)
+    with pytest.raises(PlanCatalogError, match="plan 'extra' lists tool 'whoami'"):
+        async with app.router.lifespan_context(app):
+            pass

@@ -11,12 +11,13 @@ import pytest
 from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
-from service.billing.models import StripeEvent, Subscription
+from service.billing.models import StripeCustomer, StripeEvent, Subscription
 from service.paywall.models import Elicitation
 from service.stripe_sandbox import sign_webhook_payload
 from tests.support.mcp_clients import ClientProbe, probed_client
-from tests.support.payment import pay
+from tests.support.payment import open_checkout, pay, pay_checkout_session
 from tests.support.service import RunningService, run_service
+from tests.support.subscriptions import can_use_paid_tool
 
 CHART_ARGS = {"values": [1, 2]}
 
@@ -296,3 +297,52 @@ async def test_a_payment_completes_the_open_elicitations_it_satisfies_and_no_oth
         "el_not_unlocked": "open",
         other_user_url.rsplit("/", 1)[1]: "open",
     }
+
+
+async def test_a_price_outside_the_catalog_grants_nothing_whatever_its_metadata_says(
+    service: RunningService,
+) -> None:
+    """Anyone holding the Stripe key can sell a look-alike price and write `plan_id: pro` on it."""
+    url = await start_elicitation(service, "uma")
+    elicitation_id = url.rsplit("/", 1)[1]
+    [elicitation] = await service.rows(Elicitation, id=elicitation_id)
+    started = await open_checkout(service, url, "uma")  # binds uma's Stripe customer
+    assert started.status_code == 303, started.text
+    [customer] = await service.rows(StripeCustomer, user_id=elicitation.user_id)
+
+    stripe = service.stripe.v1
+    product = await stripe.products.create_async(params={"name": "Pro (cheap)"})
+    cheap = await stripe.prices.create_async(
+        params={
+            "product": product.id,
+            "unit_amount": 1,
+            "currency": "usd",
+            "recurring": {"interval": "month"},
+            "lookup_key": "not_in_the_catalog",
+            "metadata": {"plan_id": "pro"},
+        }
+    )
+    metadata = {"user_id": elicitation.user_id, "elicitation_id": elicitation_id, "plan_id": "pro"}
+    checkout = await stripe.checkout.sessions.create_async(
+        params={
+            "mode": "subscription",
+            "customer": customer.customer_id,
+            "client_reference_id": elicitation.user_id,
+            "line_items": [{"price": cheap.id, "quantity": 1}],
+            "metadata": metadata,
+            "subscription_data": {"metadata": metadata},
+            "success_url": f"{service.base_url}/pay/{elicitation_id}/success",
+        }
+    )
+    assert checkout.id is not None
+    await pay_checkout_session(service.stripe, checkout.id)
+    await service.sandbox.deliver_pending(within=15)
+
+    subscriptions = await stripe.subscriptions.list_async(params={"customer": customer.customer_id})
+    assert [item.price.id for item in subscriptions.data[0]["items"].data] == [cheap.id], "it was paid"
+    assert await service.rows(Subscription) == []
+    assert await service.rows(AuditEvent, kind="entitlement_granted") == []
+    [still_open] = await service.rows(Elicitation, id=elicitation_id)
+    assert still_open.status == "open"
+    token = (await service.personal_token("uma")).secret
+    assert not await can_use_paid_tool(service, token)

@@ -4,48 +4,79 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 
 import pytest
 
-from service.gateway.signing import InvalidUserHeader, sign_user_header, verify_user_header
+from service.gateway.signing import (
+    DEFAULT_MAX_AGE_SECONDS,
+    InvalidUserHeader,
+    sign_user_header,
+    verify_user_header,
+)
 from service.settings import ConfigurationError, Settings
 
 SECRET = "vendor-shared-secret"
 NOW = 1_800_000_000
+TOOL = "premium_report"
+ARGS = {"text": "quarterly numbers", "limit": 3}
 
 
-def test_header_is_user_timestamp_and_hmac_of_both() -> None:
-    value = sign_user_header(SECRET, "usr_abc", now=NOW)
-    expected = hmac.new(SECRET.encode(), f"usr_abc.{NOW}".encode(), hashlib.sha256).hexdigest()
+def signed(user_id: str = "usr_abc", *, secret: str = SECRET, tool: str = TOOL, args: object = ARGS) -> str:
+    return sign_user_header(secret, user_id, tool_name=tool, arguments=args, now=NOW)  # type: ignore[arg-type]
+
+
+def verified(value: str, *, tool: str = TOOL, args: object = ARGS, now: float = NOW) -> str:
+    return verify_user_header(SECRET, value, tool_name=tool, arguments=args, now=now)  # type: ignore[arg-type]
+
+
+def test_header_is_user_timestamp_and_hmac_over_the_call() -> None:
+    value = signed()
+    canonical = json.dumps(ARGS, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    message = f"usr_abc.{NOW}.{TOOL}.{digest}"
+    expected = hmac.new(SECRET.encode(), message.encode(), hashlib.sha256).hexdigest()
     assert value == f"usr_abc.{NOW}.{expected}", "the documented format, recomputable without our code"
-    assert verify_user_header(SECRET, value, now=NOW + 10) == "usr_abc"
+    assert verified(value, now=NOW + 10) == "usr_abc"
+
+
+def test_argument_order_does_not_matter_but_their_values_do() -> None:
+    assert verified(signed(), args={"limit": 3, "text": "quarterly numbers"}) == "usr_abc"
+    assert verified(signed(tool="echo", args=None), tool="echo", args={}) == "usr_abc"
 
 
 def test_user_ids_with_dots_verify() -> None:
-    assert verify_user_header(SECRET, sign_user_header(SECRET, "a.b.c", now=NOW), now=NOW) == "a.b.c"
+    assert verified(signed("a.b.c")) == "a.b.c"
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("value", "tool", "args"),
     [
-        sign_user_header("another secret", "usr_abc", now=NOW),
-        sign_user_header(SECRET, "usr_abc", now=NOW).replace("usr_abc", "usr_abd"),
-        sign_user_header(SECRET, "usr_abc", now=NOW).replace(str(NOW), str(NOW + 1)),
-        "usr_abc",
-        f"usr_abc.{NOW}.",
-        f"usr_abc.soon.{'0' * 64}",
+        (signed(secret="another secret"), TOOL, ARGS),
+        (signed().replace("usr_abc", "usr_abd"), TOOL, ARGS),
+        (signed().replace(str(NOW), str(NOW + 1)), TOOL, ARGS),
+        (signed(), "echo", ARGS),  # the same header on another tool
+        (signed(), TOOL, {**ARGS, "limit": 4}),  # the same tool with other arguments
+        (signed(), TOOL, {"text": "quarterly numbers"}),
+        ("usr_abc", TOOL, ARGS),
+        (f"usr_abc.{NOW}.", TOOL, ARGS),
+        (f"usr_abc.soon.{'0' * 64}", TOOL, ARGS),
     ],
+    ids=["secret", "user", "time", "tool", "arguments", "fewer-arguments", "bare", "empty-mac", "text-time"],
 )
-def test_forged_or_malformed_headers_are_refused(value: str) -> None:
+def test_forged_replayed_elsewhere_or_malformed_headers_are_refused(
+    value: str, tool: str, args: dict[str, object]
+) -> None:
     with pytest.raises(InvalidUserHeader):
-        verify_user_header(SECRET, value, now=NOW)
+        verified(value, tool=tool, args=args)
 
 
-def test_stale_headers_are_refused() -> None:
-    value = sign_user_header(SECRET, "usr_abc", now=NOW)
-    assert verify_user_header(SECRET, value, now=NOW + 299) == "usr_abc"
+def test_headers_expire_quickly() -> None:
+    value = signed()
+    assert DEFAULT_MAX_AGE_SECONDS <= 60
+    assert verified(value, now=NOW + DEFAULT_MAX_AGE_SECONDS) == "usr_abc"
     with pytest.raises(InvalidUserHeader, match="old"):
-        verify_user_header(SECRET, value, now=NOW + 301)
+        verified(value, now=NOW + DEFAULT_MAX_AGE_SECONDS + 1)
 
 
 def settings(**values: object) -> Settings:
@@ -69,3 +100,21 @@ def test_development_refuses_plain_http_elsewhere(url: str) -> None:
 def test_production_refuses_even_loopback_http() -> None:
     with pytest.raises(ConfigurationError, match="UPSTREAM_MCP_URL"):
         settings(environment="production", upstream_mcp_url="http://127.0.0.1:9000/mcp")
+
+
+GATEWAY = {"upstream_mcp_url": "https://tools.example.com/mcp"}
+PRODUCTION = {
+    "environment": "production",
+    "public_base_url": "https://mcp.example.com",
+    "secret_key": "s" * 40,
+    "stripe_secret_key": "sk_test_realish",
+    "stripe_webhook_secret": "whsec_a",
+    "request_state_keys": "a-production-request-state-key-of-32-bytes",
+}
+
+
+def test_production_gateway_requires_the_signed_user_header() -> None:
+    with pytest.raises(ConfigurationError, match="UPSTREAM_USER_HEADER_SECRET is required"):
+        settings(**PRODUCTION, **GATEWAY)
+    signing = settings(**PRODUCTION, **GATEWAY, upstream_user_header_secret="s" * 32)
+    assert signing.upstream_user_header_secret is not None

@@ -57,6 +57,25 @@ def test_scrub_keeps_ordinary_text(text: str) -> None:
     assert scrub(text) == text
 
 
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_a_logged_python_repr_of_a_dict_has_its_password_redacted(log_format: str) -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("tests.observability.repr")
+    logger.addHandler(build_handler(log_format, stream))  # type: ignore[arg-type]
+    logger.propagate = False
+    form = {"username": "alice", "password": "a long pass phrase", "client_secret": "x"}
+    try:
+        logger.warning("login form %r, again as %s", form, form)
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+    line = stream.getvalue()
+    assert "'username': 'alice'" in line, "ordinary fields stay readable"
+    for secret in ("a long", "pass phrase", "'x'"):
+        assert secret not in line, line
+    assert "'password': '[REDACTED]'" in line
+
+
 def test_json_line_shape_and_redacted_extras() -> None:
     stream = io.StringIO()
     logger = logging.getLogger("tests.observability.json")

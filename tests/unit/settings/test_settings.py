@@ -46,6 +46,8 @@ def test_production_with_real_secrets_starts() -> None:
         ({"stripe_secret_key": "sk_test_sandbox"}, "STRIPE_SECRET_KEY"),
         ({"password_hash_memory_kib": 8192}, "PASSWORD_HASH_MEMORY_KIB"),
         ({"password_hash_time_cost": 1}, "PASSWORD_HASH_TIME_COST"),
+        ({"stripe_api_base": "http://127.0.0.1:8001"}, "STRIPE_API_BASE is set"),
+        ({"stripe_api_base": "https://api.stripe.com"}, "STRIPE_API_BASE is set"),
     ],
 )
 def test_production_refuses_unsafe_values(override: dict[str, str], complaint: str) -> None:
@@ -72,3 +74,30 @@ def test_cli_refuses_to_start_in_production_with_defaults(
     monkeypatch.chdir("/")
     assert main(["migrate"]) == 2
     assert "refusing to start with ENVIRONMENT=production" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "", "192.0.2.10", "mcp.example.com"])  # noqa: S104
+def test_development_refuses_a_non_loopback_host(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    monkeypatch.setenv("HOST", host)
+    with pytest.raises(ConfigurationError, match="ALLOW_NON_LOOPBACK_IN_DEVELOPMENT"):
+        settings()
+    monkeypatch.setenv("ALLOW_NON_LOOPBACK_IN_DEVELOPMENT", "true")
+    assert settings().host == host, "an explicit opt-out (the sandbox overlay) still starts"
+    monkeypatch.delenv("ALLOW_NON_LOOPBACK_IN_DEVELOPMENT")
+    assert settings(**SAFE_PRODUCTION).host == host, "production listens where it is told"
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_development_accepts_loopback_hosts(host: str) -> None:
+    assert settings(host=host).host == host
+
+
+def test_cli_serve_refuses_a_non_loopback_host_flag_in_development(
+    monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from service.cli import main
+
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("PLANS_FILE", "/nonexistent/plans.toml")  # were the host let through: stop there
+    assert main(["serve", "--host", "0.0.0.0"]) == 2  # noqa: S104
+    assert "refusing to listen on HOST=0.0.0.0" in capsys.readouterr().err
