@@ -57,11 +57,17 @@ def _parser() -> argparse.ArgumentParser:
     stripe_commands.add_parser(
         "sync-plans", help="create the plans' products and prices in the configured Stripe (idempotent)"
     )
-    stripe_commands.add_parser("reconcile", help="read Stripe and repair what missed webhooks left wrong")
+    reconcile = stripe_commands.add_parser(
+        "reconcile",
+        help="read Stripe and repair what missed webhooks left wrong "
+        f"(exit {cli_stripe.EXIT_LEASE_HELD}: another process holds the lease)",
+    )
+    reconcile.add_argument("--json", action="store_true", help="the summary as one JSON object")
     replay = stripe_commands.add_parser("replay-events", help="re-run Stripe's events since a time (UTC)")
     replay.add_argument(
         "--since", type=_utc_datetime, required=True, help="ISO 8601, e.g. 2026-11-01T00:00:00Z"
     )
+    replay.add_argument("--json", action="store_true", help="the summary as one JSON object")
     sandbox = stripe_commands.add_parser(
         "sandbox", help="serve the Stripe sandbox on its own (for several replicas)"
     )
@@ -128,8 +134,8 @@ def _stripe(settings: Settings, args: argparse.Namespace) -> int:
         if args.action == "sync-plans":
             return asyncio.run(cli_stripe.sync_plans(settings))
         if args.action == "reconcile":
-            return asyncio.run(cli_stripe.reconcile(settings))
-        return asyncio.run(cli_stripe.replay_events(settings, args.since))
+            return asyncio.run(cli_stripe.reconcile(settings, as_json=args.json))
+        return asyncio.run(cli_stripe.replay_events(settings, args.since, as_json=args.json))
     except cli_stripe.CommandFailed as exc:
         return cli_stripe.report_failures(exc)
 

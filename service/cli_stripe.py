@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 import stripe
@@ -21,11 +23,31 @@ from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.tool_packages import ToolPackageError, load_tools
 from service.webhooks.events import StripeEventData
+from service.webhooks.reconciler import ReconcileReport
 from service.webhooks.wiring import StripeSync, build_stripe_sync
 
 
 class CommandFailed(Exception):
     """Printed as `error: ...`; the command exits 1."""
+
+
+# `stripe reconcile` skipped or stopped because another process holds the reconciliation lease:
+# not a failure (that process does the work), but not "done" either, for scripts that care.
+EXIT_LEASE_HELD = 3
+PROGRESS_EVERY_SECONDS = 1.0
+
+
+class Progress:
+    """One line on stderr at most every second: long runs show they are moving."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_EVERY_SECONDS:
+            self._last = now
+            print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -65,11 +87,25 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
             settings, catalog, tools, create_session_factory(engine), gateway, _bus_for(engine, settings)
         )
         yield StripeContext(gateway, sync)
+    except stripe.APIConnectionError as exc:
+        raise CommandFailed(_unreachable(settings)) from exc
     except (PriceNotFound, stripe.StripeError) as exc:
         raise CommandFailed(str(exc)) from exc
     finally:
         await gateway.aclose()
         await engine.dispose()
+
+
+def _unreachable(settings: Settings) -> str:
+    base = stripe_api_base(settings)
+    if base is None:
+        return "cannot reach Stripe at https://api.stripe.com: check the network and STRIPE_SECRET_KEY"
+    if settings.embedded_stripe_sandbox:
+        return (
+            f"no Stripe sandbox at {base}: start the service (`make run` or `paid-mcp-service serve`, "
+            "which starts it) or set STRIPE_API_BASE to a sandbox you run"
+        )
+    return f"nothing answers at STRIPE_API_BASE={base}: start that sandbox or correct the setting"
 
 
 def _bus_for(engine: AsyncEngine, settings: Settings) -> CompletionBus:
@@ -91,31 +127,49 @@ async def sync_plans(settings: Settings) -> int:
     return 0
 
 
-async def reconcile(settings: Settings) -> int:
+async def reconcile(settings: Settings, *, as_json: bool = False) -> int:
+    progress = Progress()
+
+    def show(report: ReconcileReport) -> None:
+        progress(
+            f"reconciling: {report.checkouts} checkout sessions, {report.subscriptions} subscriptions, "
+            f"{report.repaired} repaired so far"
+        )
+
     async with stripe_context(settings) as context:
-        report = await context.sync.reconciler.run()
-    if not report.ran:
+        report = await context.sync.reconciler.run(on_progress=show)
+    if as_json:
+        print(json.dumps(asdict(report)))
+    elif not report.ran:
         print("another process holds the reconciliation lease; nothing done")
-        return 0
-    print(
-        f"checked {report.checkouts} checkout sessions ({report.checkouts_current} already reflected "
-        f"here) and {report.subscriptions} subscriptions; repaired {report.repaired}, "
-        f"ignored {report.ignored}"
-    )
+    else:
+        print(
+            f"checked {report.checkouts} checkout sessions ({report.checkouts_current} already reflected "
+            f"here) and {report.subscriptions} subscriptions; repaired {report.repaired}, "
+            f"ignored {report.ignored}"
+        )
+    if not report.ran:
+        return EXIT_LEASE_HELD
     if report.lease_lost:
         print("stopped early: the lease expired and another process holds it", file=sys.stderr)
-        return 1
+        return EXIT_LEASE_HELD
     return 0
 
 
-async def replay_events(settings: Settings, since: datetime) -> int:
+async def replay_events(settings: Settings, since: datetime, *, as_json: bool = False) -> int:
     """Feeds Stripe's events since `since` through the webhook pipeline; stored ones are skipped."""
     counts: dict[str, int] = {}
+    progress = Progress()
     async with stripe_context(settings) as context:
-        for event in await context.gateway.events_since(int(since.timestamp())):
+        events = await context.gateway.events_since(int(since.timestamp()))
+        for done, event in enumerate(events, start=1):
             outcome = await context.sync.processor.process(StripeEventData.from_stripe(event))
             counts[outcome.status] = counts.get(outcome.status, 0) + 1
-    print(", ".join(f"{status}: {count}" for status, count in sorted(counts.items())) or "no events")
+            progress(f"replaying: {done} of {len(events)} events")
+    if as_json:
+        print(json.dumps({"events": sum(counts.values()), "outcomes": counts}))
+    else:
+        print(", ".join(f"{status}: {count}" for status, count in sorted(counts.items())) or "no events")
     return 0
 
 

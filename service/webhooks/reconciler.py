@@ -73,11 +73,14 @@ class Reconciler:
         self._lookback = lookback
         self._pace = Pace(steps_per_second)
         self._lease = HeldLease(sessions, LEASE_NAME, lease_holder(), lease_ttl)
+        self._on_progress: Callable[[ReconcileReport], None] | None = None
 
-    async def run(self) -> ReconcileReport:
+    async def run(self, on_progress: Callable[[ReconcileReport], None] | None = None) -> ReconcileReport:
+        """`on_progress` sees the report so far before each step (the CLI shows it)."""
         if not await self._lease.acquire():
             return ReconcileReport(ran=False)
         report = ReconcileReport()
+        self._on_progress = on_progress
         try:
             await self._checkouts(report)
             await self._subscriptions(report)
@@ -89,9 +92,11 @@ class Reconciler:
         logger.info("stripe reconciliation: %s", report)
         return report
 
-    async def _next_step(self) -> None:
+    async def _next_step(self, report: ReconcileReport) -> None:
         """Before each object that costs Stripe reads and a transaction: keep to the pace and
         keep the lease (a long run renews it)."""
+        if self._on_progress is not None:
+            self._on_progress(report)
         await self._pace.step()
         await self._lease.keep()
 
@@ -99,7 +104,7 @@ class Reconciler:
         since = int(time.time() - self._lookback.total_seconds())
         async with contextlib.aclosing(self._gateway.recent_checkout_pages(since)) as pages:
             while True:
-                await self._next_step()  # each page is a Stripe read
+                await self._next_step(report)  # each page is a Stripe read
                 page = await anext(pages, None)
                 if page is None:
                     return
@@ -118,7 +123,7 @@ class Reconciler:
             if field_of(checkout, "id") not in unreflected:
                 report.checkouts_current += 1
                 continue
-            await self._next_step()
+            await self._next_step(report)
             await self._checkout(report, checkout)
 
     async def _checkout(self, report: ReconcileReport, checkout: StripeData) -> None:
@@ -143,7 +148,7 @@ class Reconciler:
         async with self._sessions() as session:
             customers = [row.customer_id for row in (await session.exec(select(StripeCustomer))).all()]
         for customer_id in customers:
-            await self._next_step()
+            await self._next_step(report)
             for subscription in await self._gateway.list_subscriptions(customer_id):
                 report.subscriptions += 1
                 step = partial(

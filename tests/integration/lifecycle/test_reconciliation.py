@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -14,8 +15,10 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.billing.leases import HeldLease, LeaseLost, release, try_acquire
 from service.billing.models import JobLease, Subscription
+from service.cli_stripe import EXIT_LEASE_HELD
 from service.paywall.models import Elicitation
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+from service.webhooks.reconciler import LEASE_NAME
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay, pay_checkout_session
 from tests.support.servers import bound_socket, port_of, serve
@@ -197,3 +200,52 @@ async def test_only_one_holder_gets_the_lease(service: RunningService) -> None:
     assert await try_acquire(sessions, "job", "replica-b", ttl)
     results = await asyncio.gather(*(try_acquire(sessions, "race", f"r{i}", ttl) for i in range(5)))
     assert sum(results) == 1
+
+
+async def test_the_commands_summarise_as_json_and_say_when_another_holds_the_lease(
+    silent_stripe_service: RunningService,
+) -> None:
+    service = silent_stripe_service
+    code, out, err = await cli(
+        service, "stripe", "replay-events", "--since", "2000-01-01T00:00:00Z", "--json"
+    )
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["events"] == sum(summary["outcomes"].values())
+    code, out, err = await cli(service, "stripe", "reconcile", "--json")
+    assert code == 0, err
+    assert json.loads(out)["ran"] is True
+    assert await try_acquire(service.runtime.sessions, LEASE_NAME, "another-replica", timedelta(minutes=5))
+    code, out, err = await cli(service, "stripe", "reconcile", "--json")
+    assert code == EXIT_LEASE_HELD, err
+    assert json.loads(out)["ran"] is False
+
+
+async def test_a_missing_sandbox_is_named_instead_of_stripes_support_address(database_url: str) -> None:
+    nobody = bound_socket()  # bound, never listening: connections to it are refused
+    port = port_of(nobody)
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "STRIPE_SECRET_KEY": "sk_test_sandbox",
+        "STRIPE_SANDBOX_PORT": str(port),
+    }
+    env.pop("STRIPE_API_BASE", None)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "service",
+        "stripe",
+        "reconcile",
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        _, err = await process.communicate()
+    nobody.close()
+    assert process.returncode == 1
+    message = err.decode()
+    assert f"no Stripe sandbox at http://127.0.0.1:{port}" in message
+    assert "support@stripe.com" not in message
