@@ -58,12 +58,13 @@ async def test_oversize_text_is_refused_by_the_schema(service: RunningService) -
     assert "text" in text and f"at most {MAX_TEXT_CHARACTERS} characters" in text
 
 
-async def test_an_output_over_the_cap_is_a_tool_error(database_url: str) -> None:
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_output_over_the_cap_is_a_tool_error(database_url: str, mode: str) -> None:
     async with run_service(database_url, max_tool_output_bytes=2048) as service:
         token = await signed_in(service, "big-output")
         # Five distinct long words: top_words repeats them in the text and the structured content.
         words = " ".join(letter * 900 for letter in "abcde")
-        async with service.mcp_client(token) as client:
+        async with service.mcp_client(token, mode=mode) as client:
             small = await client.call_tool("text_stats", {"text": "a few words"})
             big = await client.call_tool("text_stats", {"text": words})
     assert not small.is_error
