@@ -46,7 +46,7 @@ from service.paywall.pages import router as payment_router
 from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.periodic import every
-from service.retention import RetentionJob, RetentionPolicy
+from service.retention import RetentionJob
 from service.runtime import Runtime
 from service.settings import Settings
 from service.tool_packages import load_tools
@@ -60,7 +60,7 @@ from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
 from service.webhooks.endpoints import router as webhook_router
-from service.webhooks.verification import WebhookChecks, key_is_live
+from service.webhooks.verification import WebhookChecks
 from service.webhooks.wiring import build_stripe_sync
 
 
@@ -147,17 +147,13 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             jitter=0.1,
         )
     )
-    retention = RetentionJob(
-        sessions,
-        RetentionPolicy(
-            audit=timedelta(days=settings.retention_audit_days),
-            stripe_events=timedelta(days=settings.retention_stripe_event_days),
-            after_expiry=timedelta(days=settings.retention_expired_days),
-            batch_rows=settings.retention_batch_rows,
-        ),
-    )
     await stack.enter_async_context(
-        every(settings.retention_interval_seconds, retention.run, name="retention", jitter=0.1)
+        every(
+            settings.retention_interval_seconds,
+            RetentionJob.from_settings(settings, sessions).run,
+            name="retention",
+            jitter=0.1,
+        )
     )
     mcp = build_mcp_server(settings, oauth, sessions, external.verifier if external else None)
     register_billing_tools(
@@ -194,13 +190,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         sandbox=sandbox,
         metrics=metrics,
         passwords=PasswordHashing.from_settings(settings),
-        webhook_checks=WebhookChecks(
-            secrets=settings.stripe_webhook_secret,
-            livemode=key_is_live(settings.stripe_secret_key.get_secret_value()),
-            tolerance_seconds=settings.webhook_tolerance_seconds,
-            future_skew_seconds=settings.webhook_future_skew_seconds,
-            max_json_depth=settings.max_json_depth,
-        ),
+        webhook_checks=WebhookChecks.from_settings(settings),
         webhook_rejections=AuditSampler(settings.webhook_rejection_audit_seconds),
         oidc=external.login if external else None,
     )

@@ -25,6 +25,7 @@ from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.identity.models import AuthorizationCode, BrowserSession, Token
 from service.paywall.models import Elicitation
+from service.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,16 @@ class RetentionJob:
         self._policy = policy
         holder = f"{socket.gethostname()}:{os.getpid()}"
         self._lease = HeldLease(sessions, LEASE_NAME, holder, lease_ttl)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, sessions: SessionFactory) -> RetentionJob:
+        policy = RetentionPolicy(
+            audit=timedelta(days=settings.retention_audit_days),
+            stripe_events=timedelta(days=settings.retention_stripe_event_days),
+            after_expiry=timedelta(days=settings.retention_expired_days),
+            batch_rows=settings.retention_batch_rows,
+        )
+        return cls(sessions, policy)
 
     async def run(self) -> RetentionReport:
         if not await self._lease.acquire():

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import stripe
 
 from service.json_bounds import JsonTooDeep, loads_bounded
+from service.settings import Settings
 from service.webhooks.events import MalformedEvent, StripeEventData
 
 SIGNATURE_TOLERANCE_SECONDS = 300
@@ -22,6 +23,16 @@ class WebhookChecks:
     tolerance_seconds: int = SIGNATURE_TOLERANCE_SECONDS  # how old a signature may be
     future_skew_seconds: int = SIGNATURE_TOLERANCE_SECONDS  # how far ahead of our clock
     max_json_depth: int = 64
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookChecks:
+        return cls(
+            secrets=settings.stripe_webhook_secret,
+            livemode=key_is_live(settings.stripe_secret_key.get_secret_value()),
+            tolerance_seconds=settings.webhook_tolerance_seconds,
+            future_skew_seconds=settings.webhook_future_skew_seconds,
+            max_json_depth=settings.max_json_depth,
+        )
 
 
 class WebhookRejected(Exception):
