@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.anyio_cycle_fix import installed_fix
 from service.async_library import declared_asyncio
+from service.audit.sampling import AuditSampler
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
@@ -35,6 +36,7 @@ from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
 from service.identity.token_cache import TokenCache
 from service.mcp_server.billing_tools import register_billing_tools
+from service.mcp_server.output_cap import ToolOutputCap
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
 from service.observability.elicitation_events import observe_elicitations
 from service.observability.exposition import router as metrics_router
@@ -49,10 +51,12 @@ from service.paywall.pages import router as payment_router
 from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.periodic import every
+from service.retention import RetentionJob
 from service.runtime import Runtime
 from service.settings import Settings
 from service.tool_packages import load_tools
 from service.tool_threads import ToolThreads
+from service.web.body_limit import BodyLimit
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
@@ -61,6 +65,7 @@ from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
 from service.webhooks.endpoints import router as webhook_router
+from service.webhooks.verification import WebhookChecks
 from service.webhooks.wiring import build_stripe_sync
 
 
@@ -162,6 +167,14 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             jitter=0.1,
         )
     )
+    await stack.enter_async_context(
+        every(
+            settings.retention_interval_seconds,
+            RetentionJob.from_settings(settings, sessions).run,
+            name="retention",
+            jitter=0.1,
+        )
+    )
     mcp = build_mcp_server(settings, oauth, sessions, external.verifier if external else None)
     register_billing_tools(
         mcp,
@@ -175,6 +188,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     toolset.install(mcp, paywall, threads)
     await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
+    mcp.middleware.append(ToolOutputCap(settings.max_tool_output_bytes))  # inside the observer
     return Runtime(
         settings=settings,
         engine=engine,
@@ -204,6 +218,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         registration_limiter=RegistrationLimiter(
             per_window=settings.oauth_registrations_per_address_per_hour, window_seconds=3600
         ),
+        webhook_checks=WebhookChecks.from_settings(settings),
+        webhook_rejections=AuditSampler(settings.webhook_rejection_audit_seconds),
         oidc=external.login if external else None,
     )
 
@@ -248,10 +264,15 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
             stack.callback(setattr, mcp_mount, "app", None)
             # Tool calls skip FastAPI and the SDK app's shell; they still get a request id and an
             # access line. Outside the lifespan `/mcp` goes the long way, to `mcp_mount`'s 503.
-            app.fast_paths[MCP_PATH] = RequestContextMiddleware(mcp_http.endpoint)
+            app.fast_paths[MCP_PATH] = RequestContextMiddleware(
+                BodyLimit(mcp_http.endpoint, limit=settings.max_request_body_bytes)
+            )
             stack.callback(app.fast_paths.pop, MCP_PATH, None)
             app.fast_paths[WEBHOOK_PATH] = RequestContextMiddleware(
-                SecurityHeadersMiddleware(WebhookEndpoint(), hsts=not settings.is_development)
+                SecurityHeadersMiddleware(
+                    BodyLimit(WebhookEndpoint(), limit=settings.max_webhook_body_bytes),
+                    hsts=not settings.is_development,
+                )
             )
             stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
             if settings.gc_freeze:
@@ -267,6 +288,11 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     )
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
+    app.add_middleware(
+        BodyLimit,
+        limit=settings.max_request_body_bytes,
+        per_path={WEBHOOK_PATH: settings.max_webhook_body_bytes},
+    )
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)

@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
 
+from service.audit.sampling import AuditSampler
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
@@ -29,6 +30,7 @@ from service.web.csrf import CsrfProtect
 from service.web.pages import Pages
 from service.webhooks.processor import WebhookProcessor
 from service.webhooks.reconciler import Reconciler
+from service.webhooks.verification import WebhookChecks
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Runtime:
     metrics: ServiceMetrics
     passwords: PasswordHashing
     registration_limiter: RegistrationLimiter
+    webhook_checks: WebhookChecks
+    webhook_rejections: AuditSampler
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(

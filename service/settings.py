@@ -104,6 +104,23 @@ class Settings(BaseSettings):
     # allows 25 reads a second in test mode (100 live), shared with webhook handling's own reads.
     reconcile_steps_per_second: float = Field(default=5.0, ge=0)
 
+    # Input and output bounds (docs/security.md, "Input bounds and retention").
+    max_request_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    max_webhook_body_bytes: int = Field(default=512 * 1024, ge=1024, le=64 * 1024 * 1024)
+    max_json_depth: int = Field(default=64, ge=4, le=512)
+    max_tool_output_bytes: int = Field(default=256 * 1024, ge=1024, le=64 * 1024 * 1024)
+    # How old (and, for clock skew, how far in the future) a webhook signature's timestamp may be.
+    webhook_tolerance_seconds: int = Field(default=300, ge=1, le=3600)
+    webhook_future_skew_seconds: int = Field(default=300, ge=0, le=3600)
+    # At most one audit row per rejection reason per this many seconds; the metric counts them all.
+    webhook_rejection_audit_seconds: float = Field(default=60.0, ge=1)
+    # Retention: rows older than these are deleted by a job run every RETENTION_INTERVAL_SECONDS.
+    retention_interval_seconds: float = Field(default=6 * 3600, ge=0)
+    retention_audit_days: int = Field(default=90, ge=1)
+    retention_stripe_event_days: int = Field(default=30, ge=3)  # Stripe retries for 3 days
+    retention_expired_days: int = Field(default=7, ge=1)  # sessions, codes, tokens, elicitations
+    retention_batch_rows: int = Field(default=1000, ge=1, le=100_000)
+
     # After start-up: freeze the start-up heap out of the collector's walks, raise gen0's threshold
     # (0 keeps Python's 700). See service/gc_tuning.py for the measurements.
     gc_freeze: bool = True

@@ -14,6 +14,8 @@ from service.paywall.toolset import ToolSet
 
 tools = ToolSet()
 
+MAX_TEXT_CHARACTERS = 100_000
+
 
 class TextStats(BaseModel):
     characters: int
@@ -23,20 +25,23 @@ class TextStats(BaseModel):
 
 
 @tools.free(description="Count characters, words and lines, and list the most frequent words.")
-def text_stats(text: str, top: int = 5) -> TextStats:
+def text_stats(
+    text: Annotated[str, Field(max_length=MAX_TEXT_CHARACTERS)],
+    top: Annotated[int, Field(ge=0, le=50)] = 5,
+) -> TextStats:
     words = re.findall(r"[\w']+", text.lower())
     return TextStats(
         characters=len(text),
         words=len(words),
         lines=len(text.splitlines()) or (1 if text else 0),
-        top_words=Counter(words).most_common(max(0, min(top, 50))),
+        top_words=Counter(words).most_common(top),
     )
 
 
 @tools.paid("pro", "team", description="Draw a horizontal bar chart of numbers as plain text.")
 def ascii_chart(
     values: Annotated[list[float], Field(min_length=1, max_length=100)],
-    labels: list[str] | None = None,
+    labels: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=100)] | None = None,
     width: Annotated[int, Field(ge=5, le=200)] = 40,
 ) -> str:
     names = labels or [str(index + 1) for index in range(len(values))]

@@ -19,6 +19,7 @@ from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import use_single_layer_auth
 from service.mcp_server.endpoint import sdk_endpoint
 from service.mcp_server.free_tools import register_free_tools
+from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.sdk_trims import check_only_declared_headers, drop_otel_spans
 from service.settings import Settings
 
@@ -105,4 +106,7 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
         host=settings.host,
     )
     authenticated = use_single_layer_auth(app)
-    return McpHttp(app=app, endpoint=authenticated(sdk_endpoint(app, MCP_PATH)))
+    endpoint = sdk_endpoint(app, MCP_PATH)
+    # Behind the SDK's authentication check: only a signed-in caller's body is parsed twice.
+    endpoint.app = JsonRpcGuard(endpoint.app, max_depth=settings.max_json_depth)
+    return McpHttp(app=app, endpoint=authenticated(endpoint))

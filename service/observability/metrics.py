@@ -84,6 +84,14 @@ class ServiceMetrics:
             ["type", "outcome"],
             registry=r,
         )
+        self.webhook_rejections = Counter(
+            "stripe_webhook_rejections",
+            "Webhook deliveries refused before processing, by reason (missing_signature, "
+            "bad_signature, future_timestamp, not_utf8, not_json, too_deep, not_an_event, "
+            "livemode_mismatch); each is also one `rejected` in stripe_webhooks.",
+            ["reason"],
+            registry=r,
+        )
         self.webhook_to_completion = Histogram(
             "paywall_webhook_to_completion_seconds",
             "From receiving a Stripe webhook to having announced the elicitations it completed "
@@ -156,6 +164,10 @@ class ServiceMetrics:
     def webhook(self, event_type: str | None, outcome: str) -> None:
         label = event_type if event_type and _WEBHOOK_TYPE.fullmatch(event_type) else UNKNOWN
         self.webhooks.labels(type=label, outcome=outcome).inc()
+
+    def webhook_rejected(self, reason: str) -> None:
+        self.webhook("", "rejected")
+        self.webhook_rejections.labels(reason=reason).inc()
 
     def completion_announced(self, seconds: float) -> None:
         self.webhook_to_completion.observe(seconds)

@@ -2,37 +2,94 @@
 
 from __future__ import annotations
 
-import json
+import time
+from dataclasses import dataclass
 
 import stripe
 
+from service.json_bounds import JsonTooDeep, loads_bounded
+from service.settings import Settings
 from service.webhooks.events import MalformedEvent, StripeEventData
 
 SIGNATURE_TOLERANCE_SECONDS = 300
 
 
+@dataclass(frozen=True)
+class WebhookChecks:
+    """What a genuine delivery must meet besides its signature."""
+
+    secrets: list[str]
+    livemode: bool  # the mode of our Stripe key: a live key takes only live events
+    tolerance_seconds: int = SIGNATURE_TOLERANCE_SECONDS  # how old a signature may be
+    future_skew_seconds: int = SIGNATURE_TOLERANCE_SECONDS  # how far ahead of our clock
+    max_json_depth: int = 64
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WebhookChecks:
+        return cls(
+            secrets=settings.stripe_webhook_secret,
+            livemode=key_is_live(settings.stripe_secret_key.get_secret_value()),
+            tolerance_seconds=settings.webhook_tolerance_seconds,
+            future_skew_seconds=settings.webhook_future_skew_seconds,
+            max_json_depth=settings.max_json_depth,
+        )
+
+
 class WebhookRejected(Exception):
-    """Not a genuine, fresh Stripe event; the message says why (safe to log, never the body)."""
+    """Not a genuine, fresh Stripe event. `reason` is a short fixed label (for metrics and the audit
+    log), the message says more; both are safe to log and neither is ever sent back to the caller."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
-def verify_event(payload: bytes, signature: str | None, secrets: list[str]) -> StripeEventData:
+def key_is_live(secret_key: str) -> bool:
+    """Whether a Stripe API key acts in live mode (`sk_live_`, `rk_live_`); anything else is test."""
+    return secret_key.startswith(("sk_live_", "rk_live_"))
+
+
+def _signed_at(signature: str) -> int | None:
+    for part in signature.split(","):
+        name, _, value = part.partition("=")
+        if name.strip() == "t":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def verify_event(payload: bytes, signature: str | None, checks: WebhookChecks) -> StripeEventData:
     if not signature:
-        raise WebhookRejected("missing Stripe-Signature header")
+        raise WebhookRejected("missing_signature", "missing Stripe-Signature header")
+    signed_at = _signed_at(signature)
+    if signed_at is not None and signed_at > time.time() + checks.future_skew_seconds:
+        raise WebhookRejected("future_timestamp", "the signature's timestamp is in the future")
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise WebhookRejected("payload is not UTF-8") from exc
+        raise WebhookRejected("not_utf8", "payload is not UTF-8") from exc
     reason = "no webhook secret is configured"
-    for secret in secrets:
+    for secret in checks.secrets:
         try:
-            stripe.WebhookSignature.verify_header(text, signature, secret, SIGNATURE_TOLERANCE_SECONDS)
+            stripe.WebhookSignature.verify_header(text, signature, secret, checks.tolerance_seconds)
         except stripe.SignatureVerificationError as exc:
             reason = str(exc.user_message or exc)
             continue
         try:
-            return StripeEventData.from_json(json.loads(text))
+            event = StripeEventData.from_json(loads_bounded(text, checks.max_json_depth))
         except MalformedEvent as exc:
-            raise WebhookRejected(f"not a Stripe event: {exc}") from exc
+            raise WebhookRejected("not_an_event", f"not a Stripe event: {exc}") from exc
+        except JsonTooDeep as exc:
+            raise WebhookRejected("too_deep", str(exc)) from exc
         except ValueError as exc:
-            raise WebhookRejected("payload is not valid JSON") from exc
-    raise WebhookRejected(f"signature verification failed: {reason}")
+            raise WebhookRejected("not_json", "payload is not valid JSON") from exc
+        if event.livemode != checks.livemode:
+            raise WebhookRejected(
+                "livemode_mismatch",
+                f"event {event.id} has livemode={event.livemode}, the Stripe key is "
+                f"{'live' if checks.livemode else 'test'} mode",
+            )
+        return event
+    raise WebhookRejected("bad_signature", f"signature verification failed: {reason}")

@@ -38,7 +38,7 @@ from service.paywall.models import Elicitation
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app, sign_webhook_payload
-from service.webhooks.verification import verify_event
+from service.webhooks.verification import WebhookChecks, verify_event
 from service.webhooks.wiring import build_stripe_sync
 from tests.support.databases import DatabaseTemplates
 from tests.support.servers import bound_socket, port_of
@@ -190,7 +190,9 @@ async def deliver_and_reconcile(history: History, database_url: str, order: list
         for index in order:
             payload = history.events[index]
             signature = sign_webhook_payload(payload, SECRET, int(time.time()))
-            await sync.processor.process(verify_event(payload, signature, [SECRET]))
+            await sync.processor.process(
+                verify_event(payload, signature, WebhookChecks([SECRET], livemode=False))
+            )
         delivered = await state_of(sessions)
         await sync.reconciler.run()
         return delivered, await state_of(sessions)

@@ -25,7 +25,7 @@ async def test_the_fast_path_exists_only_while_the_service_runs(database_url: st
         )
     assert WEBHOOK_PATH not in app.fast_paths
     assert forged.status_code == 400
-    assert forged.json()["error"] == "invalid_signature"
+    assert forged.json() == {"error": "invalid_request"}
     assert forged.headers["x-request-id"] == "forged-1"
     assert forged.headers["x-content-type-options"] == "nosniff"
 
@@ -46,7 +46,9 @@ async def test_a_dead_database_answers_503_and_stripe_retries() -> None:
             WEBHOOK_PATH, content=body, headers={"Stripe-Signature": signed(running, body)}
         )
         forged = await http.post(WEBHOOK_PATH, content=body, headers={"Stripe-Signature": "t=1,v1=00"})
-    for answer in (genuine, forged):
-        assert answer.status_code == 503
-        assert answer.headers["retry-after"] == "5"
-        assert answer.json()["error"] == "service_unavailable"
+    assert genuine.status_code == 503
+    assert genuine.headers["retry-after"] == "5"
+    assert genuine.json()["error"] == "service_unavailable"
+    # A forgery never needs the database: its audit sample is best effort, its answer the same 400.
+    assert forged.status_code == 400
+    assert forged.json() == {"error": "invalid_request"}

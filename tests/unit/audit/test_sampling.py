@@ -1,0 +1,17 @@
+"""Audit sampling: the first event of a reason is recorded, then one per interval with its count."""
+
+from __future__ import annotations
+
+from service.audit.sampling import AuditSampler
+
+
+def test_one_row_per_reason_per_interval_carrying_the_events_it_stands_for() -> None:
+    now = [100.0]
+    sampler = AuditSampler(60.0, clock=lambda: now[0])
+
+    assert sampler.take("bad_signature") == 1
+    assert [sampler.take("bad_signature") for _ in range(9)] == [None] * 9
+    assert sampler.take("not_json") == 1, "each reason has its own interval"
+    now[0] += 60.0
+    assert sampler.take("bad_signature") == 10, "the nine unrecorded ones and this one"
+    assert sampler.take("bad_signature") is None
