@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pydantic_core
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp_types import CallToolResult, TextContent
+from pydantic import TypeAdapter
 
 logger = logging.getLogger(__name__)
+
+_AS_JSON = TypeAdapter(Any)
 
 
 def result_size(result: CallToolResult | dict[str, Any]) -> int | None:
@@ -36,9 +38,9 @@ def result_size(result: CallToolResult | dict[str, Any]) -> int | None:
             if isinstance(item, dict)
             else None
         )
-        size += len(text.encode()) if isinstance(text, str) else len(pydantic_core.to_json(item))
+        size += len(text.encode()) if isinstance(text, str) else len(_AS_JSON.dump_json(item))
     if structured is not None:
-        size += len(pydantic_core.to_json(structured))
+        size += len(_AS_JSON.dump_json(structured))
     return size
 
 
