@@ -45,3 +45,13 @@ def test_a_missing_directory_refuses_to_start(secrets_dir: Path, monkeypatch: py
 
     with pytest.raises(ConfigurationError, match="SECRETS_DIR"):
         settings()
+
+
+def test_a_mounted_kubernetes_secret_is_read_through_its_symlinks(secrets_dir: Path) -> None:
+    """The kubelet writes a Secret volume as `..data/<key>` with a symlink `<key>` beside it."""
+    (secrets_dir / "..2026_12_02_00_00_00.1").mkdir()
+    (secrets_dir / "..2026_12_02_00_00_00.1" / "SECRET_KEY").write_text("m" * 40)
+    (secrets_dir / "..data").symlink_to("..2026_12_02_00_00_00.1")
+    (secrets_dir / "SECRET_KEY").symlink_to("..data/SECRET_KEY")
+
+    assert settings().secret_key.get_secret_value() == "m" * 40
