@@ -96,13 +96,17 @@ def check_container(where: str, container: dict[str, Any], problems: list[str]) 
         problems.append(f"{where}: /tmp must be a writable volume (the root filesystem is read-only)")
     for env in container.get("env", []):
         name = env["name"]
-        if name in SECRET_ENV or re.search(r"SECRET|PASSWORD|TOKEN|_KEYS?$", name) or env.get("valueFrom", {}).get(
-            "secretKeyRef"
+        if (
+            name in SECRET_ENV
+            or re.search(r"SECRET|PASSWORD|TOKEN|_KEYS?$", name)
+            or env.get("valueFrom", {}).get("secretKeyRef")
         ):
             problems.append(f"{where}: {name}: secrets are files in SECRETS_DIR, never environment variables")
 
 
-def check_secret_files(where: str, container: dict[str, Any], volumes: dict[str, Any], secrets_dir: str) -> list[str]:
+def check_secret_files(
+    where: str, container: dict[str, Any], volumes: dict[str, Any], secrets_dir: str
+) -> list[str]:
     """The Secret is mounted read-only at SECRETS_DIR, from a secret or projected volume."""
     mount = next((m for m in container.get("volumeMounts", []) if m.get("mountPath") == secrets_dir), None)
     if mount is None:
@@ -115,8 +119,11 @@ def check_secret_files(where: str, container: dict[str, Any], volumes: dict[str,
     sources += [src["secret"] for src in volume.get("projected", {}).get("sources", []) if "secret" in src]
     names = {src.get("secretName", src.get("name")) for src in sources}
     if names != {SECRET_NAME}:
-        problems.append(f"{where}: the secrets mount must come from Secret {SECRET_NAME} only, not {sorted(names)}")
+        problems.append(
+            f"{where}: the secrets mount must come from Secret {SECRET_NAME} only, not {sorted(names)}"
+        )
     return problems
+
 
 def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
     docs = [doc for doc in yaml.safe_load_all(rendered.read_text()) if doc]
@@ -159,7 +166,9 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
             annotations = workload["metadata"].get("annotations", {})
             for key, value in HOOK_ANNOTATIONS.items():
                 if annotations.get(key) != value:
-                    problems.append(f"{name}: annotation {key} must be {value!r} (migration before the rollout)")
+                    problems.append(
+                        f"{name}: annotation {key} must be {value!r} (migration before the rollout)"
+                    )
         for container in spec.get("containers", []):
             where = f"{name}/{container['name']}"
             check_container(where, container, problems)
@@ -249,7 +258,9 @@ def check_gateway(by_kind: dict[str, list[dict[str, Any]]], services: dict[str, 
                 continue
             for ref in listener.get("tls", {}).get("certificateRefs", []):
                 if ref["name"] not in certificates:
-                    problems.append(f"Gateway/{gw['metadata']['name']}: {ref['name']} is no Certificate's secretName")
+                    problems.append(
+                        f"Gateway/{gw['metadata']['name']}: {ref['name']} is no Certificate's secretName"
+                    )
     mcp_routes = []
     for route in by_kind.get("HTTPRoute", []):
         where = f"HTTPRoute/{route['metadata']['name']}"
@@ -284,7 +295,9 @@ def check_gateway(by_kind: dict[str, list[dict[str, Any]]], services: dict[str, 
         headers = [header.get("name", "").lower() for header in hashing.get("headers", [])]
         sticky = balancer.get("type") == "ConsistentHash" and hashing.get("type") == "Headers"
         if not sticky or headers != ["authorization"]:
-            problems.append(f"BackendTrafficPolicy/{policy['metadata']['name']}: /mcp must hash on Authorization only")
+            problems.append(
+                f"BackendTrafficPolicy/{policy['metadata']['name']}: /mcp must hash on Authorization only"
+            )
     if not sticky:
         problems.append(f"HTTPRoute/{mcp_routes[0]}: no BackendTrafficPolicy makes /mcp sticky")
     return problems

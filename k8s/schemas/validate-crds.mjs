@@ -4,11 +4,15 @@
 //   - compiled to a validator: types, enums, required fields, patterns, bounds;
 //   - as TypeScript interfaces: the TypeScript compiler refuses a field the CRD does not define,
 //     as the API server's strict field validation would.
-// Usage: node validate-crds.mjs RENDERED.yaml...   (exit 1 on any invalid object)
+// It also parses every PromQL expression, in the PrometheusRules and in the Grafana dashboards
+// (ConfigMaps labelled grafana_dashboard), with Prometheus's own PromQL grammar.
+// Usage: node validate-crds.mjs [--metrics-out FILE] RENDERED.yaml...   (exit 1 on any invalid object;
+//          FILE receives the metric names the expressions select, one a line)
 //        node validate-crds.mjs --kinds             (the apiVersion and kind of each known CRD)
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parser as promql } from "@prometheus-io/lezer-promql";
 import ts from "typescript";
 import { parseAllDocuments } from "yaml";
 
@@ -35,8 +39,12 @@ if (process.argv[2] === "--kinds") {
   process.exit(0);
 }
 
+let files = process.argv.slice(2);
+let metricsOut = null;
+if (files[0] === "--metrics-out") [, metricsOut, ...files] = files;
+
 const objects = [];
-for (const file of process.argv.slice(2)) {
+for (const file of files) {
   for (const document of parseAllDocuments(readFileSync(file, "utf8"))) {
     const object = document.toJS();
     const known = object && byType.get(`${object.apiVersion} ${object.kind}`);
@@ -45,6 +53,47 @@ for (const file of process.argv.slice(2)) {
 }
 
 const problems = new Map(objects.map(({ name }) => [name, []]));
+
+// Grafana's variables stand for a duration or a label value in these expressions.
+const GRAFANA_VARIABLES = { $__rate_interval: "5m", $__interval: "1m", $__range: "1d" };
+const metricNames = new Set();
+function promqlProblem(expression) {
+  const query = expression.replace(/\$\w+/g, (name) => GRAFANA_VARIABLES[name] ?? "x");
+  let at = null;
+  promql.parse(query).iterate({
+    enter: (node) => {
+      if (at === null && node.type.isError) at = node.from;
+      if (node.name === "Identifier" && node.node.parent?.name === "VectorSelector") {
+        metricNames.add(query.slice(node.from, node.to));
+      }
+      return at === null;
+    },
+  });
+  return at === null ? null : `PromQL syntax error at character ${at}: ${expression.trim()}`;
+}
+for (const file of files) {
+  for (const document of parseAllDocuments(readFileSync(file, "utf8"))) {
+    const object = document.toJS();
+    const name = `${file}: ${object?.kind}/${object?.metadata?.name}`;
+    const expressions = [];
+    if (object?.kind === "PrometheusRule") {
+      for (const group of object.spec.groups) expressions.push(...group.rules.map((rule) => rule.expr));
+    } else if (object?.kind === "ConfigMap" && object.metadata.labels?.grafana_dashboard) {
+      for (const json of Object.values(object.data ?? {})) {
+        for (const panel of JSON.parse(json).panels ?? []) {
+          expressions.push(...(panel.targets ?? []).map((target) => target.expr));
+        }
+      }
+    } else {
+      continue;
+    }
+    if (!problems.has(name)) problems.set(name, []);
+    for (const expression of expressions) {
+      const problem = promqlProblem(String(expression));
+      if (problem) problems.get(name).push(problem);
+    }
+  }
+}
 for (const { model, object, name } of objects) {
   try {
     new model(object).validate();
@@ -83,6 +132,8 @@ for (const diagnostic of ts.getPreEmitDiagnostics(program)) {
   if (owner) problems.get(owner).push(message);
   else problems.set(`rendered-objects.ts:${line + 1}`, [message]);
 }
+
+if (metricsOut) writeFileSync(metricsOut, [...metricNames].sort().join("\n") + "\n");
 
 let invalid = 0;
 for (const [name, found] of problems) {
