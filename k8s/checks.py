@@ -1,4 +1,4 @@
-"""Project rules for the rendered overlays, beyond the Kubernetes schemas and checkov.
+"""Project rules for the rendered overlays, beyond the Kubernetes and CRD schemas and checkov.
 
 Usage: checks.py RENDERED.yaml... ; prints one line per overlay, the problems found, and exits 1
 if there are any. Run by k8s/validate with the tools virtualenv (PyYAML comes with checkov).
@@ -25,6 +25,23 @@ SECRET_ENV = {
     "STRIPE_WEBHOOK_SECRET",
     "REQUEST_STATE_KEYS",
 }
+HOOK_ANNOTATIONS = {
+    "argocd.argoproj.io/hook": "Sync",
+    "argocd.argoproj.io/hook-delete-policy": "BeforeHookCreation",
+    "helm.sh/hook": "pre-install,pre-upgrade",
+    "helm.sh/hook-delete-policy": "before-hook-creation",
+}
+# The /mcp route must outlive a paid tool's waiting retry (PAYMENT_WAIT_SECONDS, 600 by default).
+MIN_MCP_TIMEOUT_SECONDS = 600
+ALERTS = {
+    "PaidMcpWebhookFailures",
+    "PaidMcpWebhookSilence",
+    "PaidMcpWebhookEventsLate",
+    "PaidMcpReconciliationRepairs",
+    "PaidMcpHighServerErrorRate",
+    "PaidMcpDatabasePoolExhausted",
+    "PaidMcpCompletionBusDown",
+}
 IMAGE = re.compile(r"[a-z0-9.-]+(:\d+)?/[a-z0-9./_-]+(:[\w.-]+|@sha256:[0-9a-f]{64})")
 SERVICE_COMMAND = ["python", "-m", "service"]
 WORKLOADS = {"Deployment", "Job"}
@@ -36,6 +53,15 @@ def graceful_shutdown_seconds() -> int:
         if match:
             return int(match.group(1))
     raise SystemExit("service/cli*.py: uvicorn's timeout_graceful_shutdown=<seconds> not found")
+
+
+def duration_seconds(value: str) -> float:
+    """A Gateway API duration (e.g. 1h, 30m, 3600s, 500ms) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    parts = re.findall(r"(\d+)(ms|h|m|s)", value)
+    if not parts or "".join(n + u for n, u in parts) != value:
+        raise ValueError(f"not a duration: {value!r}")
+    return sum(int(n) * units[u] for n, u in parts)
 
 
 def labels_match(selector: dict[str, str], labels: dict[str, str]) -> bool:
@@ -70,12 +96,33 @@ def check_container(where: str, container: dict[str, Any], problems: list[str]) 
         problems.append(f"{where}: /tmp must be a writable volume (the root filesystem is read-only)")
     for env in container.get("env", []):
         name = env["name"]
-        ref = env.get("valueFrom", {}).get("secretKeyRef")
-        if name in SECRET_ENV or re.search(r"SECRET|PASSWORD|TOKEN|_KEYS?$", name):
-            if "value" in env or not ref:
-                problems.append(f"{where}: {name} must come from a secretKeyRef, never a value")
-            elif ref.get("name") != SECRET_NAME or ref.get("key") != name:
-                problems.append(f"{where}: {name} must reference {SECRET_NAME}/{name}")
+        if (
+            name in SECRET_ENV
+            or re.search(r"SECRET|PASSWORD|TOKEN|_KEYS?$", name)
+            or env.get("valueFrom", {}).get("secretKeyRef")
+        ):
+            problems.append(f"{where}: {name}: secrets are files in SECRETS_DIR, never environment variables")
+
+
+def check_secret_files(
+    where: str, container: dict[str, Any], volumes: dict[str, Any], secrets_dir: str
+) -> list[str]:
+    """The Secret is mounted read-only at SECRETS_DIR, from a secret or projected volume."""
+    mount = next((m for m in container.get("volumeMounts", []) if m.get("mountPath") == secrets_dir), None)
+    if mount is None:
+        return [f"{where}: SECRETS_DIR {secrets_dir} is not mounted"]
+    problems = []
+    if mount.get("readOnly") is not True:
+        problems.append(f"{where}: the secrets mount must be readOnly")
+    volume = volumes.get(mount["name"], {})
+    sources = [volume["secret"]] if "secret" in volume else []
+    sources += [src["secret"] for src in volume.get("projected", {}).get("sources", []) if "secret" in src]
+    names = {src.get("secretName", src.get("name")) for src in sources}
+    if names != {SECRET_NAME}:
+        problems.append(
+            f"{where}: the secrets mount must come from Secret {SECRET_NAME} only, not {sorted(names)}"
+        )
+    return problems
 
 
 def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
@@ -97,6 +144,7 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
     services = {svc["metadata"]["name"]: svc for svc in by_kind.get("Service", [])}
     policies = by_kind.get("NetworkPolicy", [])
     pods: list[tuple[str, dict[str, Any]]] = []
+    ports_by_pod: dict[str, set[str]] = {}
     grace = graceful_shutdown_seconds()
 
     for workload in (d for d in docs if d["kind"] in WORKLOADS):
@@ -104,6 +152,7 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
         template = workload["spec"]["template"]
         spec = template["spec"]
         pods.append((name, template["metadata"].get("labels", {})))
+        ports_by_pod[name] = {p.get("name") for c in spec.get("containers", []) for p in c.get("ports", [])}
         if spec.get("automountServiceAccountToken") is not False:
             problems.append(f"{name}: automountServiceAccountToken must be false")
         # Service links would inject e.g. STRIPE_SANDBOX_PORT=tcp://... for the stripe-sandbox
@@ -112,6 +161,14 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
             problems.append(f"{name}: enableServiceLinks must be false (its variables clash with settings)")
         if spec.get("securityContext", {}).get("runAsNonRoot") is not True:
             problems.append(f"{name}: pod securityContext.runAsNonRoot must be true")
+        volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+        if workload["kind"] == "Job":
+            annotations = workload["metadata"].get("annotations", {})
+            for key, value in HOOK_ANNOTATIONS.items():
+                if annotations.get(key) != value:
+                    problems.append(
+                        f"{name}: annotation {key} must be {value!r} (migration before the rollout)"
+                    )
         for container in spec.get("containers", []):
             where = f"{name}/{container['name']}"
             check_container(where, container, problems)
@@ -119,6 +176,8 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
                 ref = source.get("configMapRef", {}).get("name")
                 if ref and ref not in configmaps:
                     problems.append(f"{where}: envFrom ConfigMap {ref} is not rendered")
+                elif ref and configmaps[ref].get("SECRETS_DIR"):
+                    problems += check_secret_files(where, container, volumes, configmaps[ref]["SECRETS_DIR"])
             if container.get("command") == SERVICE_COMMAND:
                 argv.append(container.get("args", []))
             elif container.get("command"):
@@ -148,25 +207,8 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
         if not any(labels_match(selector, labels) for _, labels in pods):
             problems.append(f"Service/{svc['metadata']['name']}: selector matches no pod template")
 
-    mcp_paths = 0
-    for ingress in by_kind.get("Ingress", []):
-        annotations = ingress["metadata"].get("annotations", {})
-        for rule in ingress["spec"]["rules"]:
-            for entry in rule["http"]["paths"]:
-                backend = entry["backend"]["service"]
-                target = services.get(backend["name"])
-                ports = {p.get("name") for p in target["spec"]["ports"]} if target else set()
-                if backend["port"].get("name") not in ports:
-                    problems.append(f"Ingress/{ingress['metadata']['name']}: no backend {backend}")
-                if entry["path"] == "/mcp":
-                    mcp_paths += 1
-                    if not annotations.get("nginx.ingress.kubernetes.io/upstream-hash-by"):
-                        problems.append("Ingress /mcp must hash consistently: legacy sessions are sticky")
-                    # A service shared with non-hashed paths would share one upstream in ingress-nginx.
-                    if backend["name"] == "paid-mcp-service":
-                        problems.append("/mcp must use its own Service (its own upstream)")
-    if mcp_paths != 1:
-        problems.append(f"expected exactly one Ingress path /mcp, found {mcp_paths}")
+    problems += check_gateway(by_kind, services)
+    problems += check_monitoring(by_kind, pods, ports_by_pod)
 
     for hpa in by_kind.get("HorizontalPodAutoscaler", []):
         ref = hpa["spec"]["scaleTargetRef"]
@@ -207,6 +249,96 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
         leaked = sorted(SECRET_ENV & set(config))
         if leaked:
             problems.append(f"ConfigMap holds secret settings {leaked}")
+        if not config.get("SECRETS_DIR"):
+            problems.append("SECRETS_DIR must name the mounted Secret's directory")
+    return problems
+
+
+def check_gateway(by_kind: dict[str, list[dict[str, Any]]], services: dict[str, Any]) -> list[str]:
+    """HTTPRoutes attach to a rendered Gateway listener and reach a Service port; /mcp is sticky."""
+    problems: list[str] = []
+    gateways = {gw["metadata"]["name"]: gw for gw in by_kind.get("Gateway", [])}
+    certificates = {cert["spec"]["secretName"] for cert in by_kind.get("Certificate", [])}
+    for gw in gateways.values():
+        for listener in gw["spec"]["listeners"]:
+            if listener["protocol"] != "HTTPS":
+                continue
+            for ref in listener.get("tls", {}).get("certificateRefs", []):
+                if ref["name"] not in certificates:
+                    problems.append(
+                        f"Gateway/{gw['metadata']['name']}: {ref['name']} is no Certificate's secretName"
+                    )
+    mcp_routes = []
+    for route in by_kind.get("HTTPRoute", []):
+        where = f"HTTPRoute/{route['metadata']['name']}"
+        for parent in route["spec"].get("parentRefs", []):
+            gw = gateways.get(parent["name"])
+            listeners = {listener["name"] for listener in gw["spec"]["listeners"]} if gw else set()
+            if gw is None or parent.get("sectionName", next(iter(listeners), None)) not in listeners:
+                problems.append(f"{where}: parent {parent} is no rendered Gateway listener")
+        for rule in route["spec"].get("rules", []):
+            for ref in rule.get("backendRefs", []):
+                target = services.get(ref["name"])
+                ports = {p["port"] for p in target["spec"]["ports"]} if target else set()
+                if ref.get("port") not in ports:
+                    problems.append(f"{where}: no backend Service port {ref['name']}:{ref.get('port')}")
+            paths = [m.get("path", {}).get("value") for m in rule.get("matches", [])]
+            if "/mcp" in paths:
+                mcp_routes.append(route["metadata"]["name"])
+                timeout = rule.get("timeouts", {}).get("request", "")
+                if not timeout or MIN_MCP_TIMEOUT_SECONDS > duration_seconds(timeout) > 0:
+                    problems.append(f"{where}: /mcp needs timeouts.request >= {MIN_MCP_TIMEOUT_SECONDS}s")
+    if len(mcp_routes) != 1:
+        return [*problems, f"expected exactly one HTTPRoute rule for /mcp, found {len(mcp_routes)}"]
+    # Sticky legacy sessions: the hash key must be on `initialize` too, so Authorization, not
+    # Mcp-Session-Id (which the replica answering `initialize` mints).
+    sticky = False
+    for policy in by_kind.get("BackendTrafficPolicy", []):
+        targets = {(t.get("kind"), t.get("name")) for t in policy["spec"].get("targetRefs", [])}
+        if ("HTTPRoute", mcp_routes[0]) not in targets:
+            continue
+        balancer = policy["spec"].get("loadBalancer", {})
+        hashing = balancer.get("consistentHash", {})
+        headers = [header.get("name", "").lower() for header in hashing.get("headers", [])]
+        sticky = balancer.get("type") == "ConsistentHash" and hashing.get("type") == "Headers"
+        if not sticky or headers != ["authorization"]:
+            problems.append(
+                f"BackendTrafficPolicy/{policy['metadata']['name']}: /mcp must hash on Authorization only"
+            )
+    if not sticky:
+        problems.append(f"HTTPRoute/{mcp_routes[0]}: no BackendTrafficPolicy makes /mcp sticky")
+    return problems
+
+
+def check_monitoring(
+    by_kind: dict[str, list[dict[str, Any]]],
+    pods: list[tuple[str, dict[str, str]]],
+    ports_by_pod: dict[str, set[str]],
+) -> list[str]:
+    """A PodMonitor scrapes the service pods' metrics port; the PrometheusRule has the alerts."""
+    problems: list[str] = []
+    monitors = by_kind.get("PodMonitor", [])
+    if not monitors:
+        problems.append("no PodMonitor is rendered")
+    for monitor in monitors:
+        selector = monitor["spec"]["selector"].get("matchLabels", {})
+        selected = [name for name, labels in pods if labels_match(selector, labels)]
+        if not selected:
+            problems.append(f"PodMonitor/{monitor['metadata']['name']}: selector matches no pod template")
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+            for name in selected:
+                if endpoint.get("port") not in ports_by_pod[name]:
+                    problems.append(f"PodMonitor: {name} has no port named {endpoint.get('port')}")
+    alerts = {
+        rule["alert"]
+        for prometheus_rule in by_kind.get("PrometheusRule", [])
+        for group in prometheus_rule["spec"]["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    }
+    missing = sorted(ALERTS - alerts)
+    if missing:
+        problems.append(f"PrometheusRule lacks the alerts {missing}")
     return problems
 
 

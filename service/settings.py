@@ -7,13 +7,20 @@ so a production deployment cannot run on a secret that is printed in this file.
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 from service.billing.plans import DEFAULT_PLANS_FILE
 from service.gateway.config import is_loopback_host, upstream_url_problem
@@ -164,6 +171,27 @@ class Settings(BaseSettings):
     oidc_introspection: bool = False  # RFC 7662 for opaque access tokens instead of JWT validation
     oidc_scopes: str = "openid email profile"
     oidc_jwks_min_refresh_seconds: float = Field(default=10.0, ge=0)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """SECRETS_DIR names a directory of files, one per setting (e.g. a mounted Kubernetes Secret).
+
+        A file is named like the setting's variable (`SECRET_KEY`) and holds its value; the
+        environment and `.env` still take precedence over it.
+        """
+        secrets_dir = os.environ.get("SECRETS_DIR")
+        if secrets_dir:
+            if not Path(secrets_dir).is_dir():
+                raise ConfigurationError(f"SECRETS_DIR={secrets_dir} is not a directory")
+            file_secret_settings = SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir)
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     _split = field_validator(
         "mcp_allowed_hosts",
