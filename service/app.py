@@ -29,6 +29,9 @@ from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.endpoints import router as oidc_router
 from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
+from service.identity.sign_in import PasswordSignIn
+from service.identity.throttle import SignInThrottle, throttle_policy
+from service.identity.token_throttle import TokenRequestThrottle
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
 from service.observability.elicitation_events import observe_elicitations
@@ -48,6 +51,7 @@ from service.runtime import Runtime
 from service.settings import Settings
 from service.tool_packages import load_tools
 from service.tool_threads import ToolThreads
+from service.web.client_address import ClientAddresses, parse_networks
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
@@ -155,6 +159,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     toolset.install(mcp, paywall, threads)
     await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
+    passwords = PasswordHashing.from_settings(settings)
+    sign_in_throttle = SignInThrottle(throttle_policy(settings))
     return Runtime(
         settings=settings,
         engine=engine,
@@ -175,7 +181,10 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
         metrics=metrics,
-        passwords=PasswordHashing.from_settings(settings),
+        passwords=passwords,
+        sign_in=PasswordSignIn(sessions, passwords, sign_in_throttle),
+        sign_in_throttle=sign_in_throttle,
+        client_addresses=ClientAddresses(parse_networks(settings.trusted_proxies)),
         oidc=external.login if external else None,
     )
 
@@ -251,5 +260,5 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
         app.include_router(metrics_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Last, so our own routes win: /mcp, OAuth metadata, /authorize, /token, /register, /revoke.
-    app.mount("/", mcp_mount, name="mcp")
+    app.mount("/", TokenRequestThrottle(mcp_mount), name="mcp")
     return app

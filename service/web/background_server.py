@@ -38,7 +38,10 @@ async def serve_in_background(
     app: ASGIApp, sock: socket.socket, *, log_level: str = "warning"
 ) -> AsyncIterator[str]:
     """Serve `app` on `sock` until the block exits; yields the base URL once startup completed."""
-    config = uvicorn.Config(app, lifespan="on", log_level=log_level, timeout_graceful_shutdown=5)
+    # proxy_headers off: the app reads X-Forwarded-For itself, from TRUSTED_PROXIES only.
+    config = uvicorn.Config(
+        app, lifespan="on", log_level=log_level, timeout_graceful_shutdown=5, proxy_headers=False
+    )
     server = uvicorn.Server(config)
     # The host process owns signals; a nested server must not install its own handlers.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
