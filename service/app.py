@@ -30,6 +30,7 @@ from service.identity.oidc.endpoints import router as oidc_router
 from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
 from service.identity.sign_in import PasswordSignIn
+from service.identity.sign_in_gate import BusySignInGate
 from service.identity.throttle import SignInThrottle, throttle_policy
 from service.identity.token_throttle import TokenRequestThrottle
 from service.mcp_server.billing_tools import register_billing_tools
@@ -160,6 +161,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
     passwords = PasswordHashing.from_settings(settings)
+    stack.callback(passwords.close)
     sign_in_throttle = SignInThrottle(throttle_policy(settings))
     return Runtime(
         settings=settings,
@@ -248,6 +250,7 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     )
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
+    app.add_middleware(BusySignInGate)
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)

@@ -64,10 +64,18 @@ async def authenticate(
 ) -> User | None:
     """The user if the password is theirs. The hash is checked with no connection or transaction
     held: a sign-in waits for a hashing slot for as long as the queue is long, and the pool's
-    connections (SQLite's one) must serve everything else meanwhile. Raises `HashingBusy`."""
-    async with sessions() as session:
-        user = await get_user_by_username(session, username)
-    if not await passwords.verify(user.password_hash if user else None, password) or user is None:
+    connections (SQLite's one) must serve everything else meanwhile. The user is read only once
+    the check has its slot, so a flood costs the database no more reads than hashing can keep up
+    with. Raises `HashingBusy`."""
+    user: User | None = None
+
+    async def stored_hash() -> str | None:
+        nonlocal user
+        async with sessions() as session:
+            user = await get_user_by_username(session, username)
+        return user.password_hash if user else None
+
+    if not await passwords.verify_stored(stored_hash, password) or user is None:
         return None
     if passwords.needs_rehash(user.password_hash):
         try:

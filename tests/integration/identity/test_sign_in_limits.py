@@ -105,7 +105,7 @@ async def test_the_password_check_holds_no_database_connection(database_url: str
             async with service.http() as http:
                 fields = await login_form(http)
                 login = asyncio.create_task(post_login(http, fields, "patient", DEFAULT_PASSWORD))
-                await until(lambda: passwords.in_flight > 0, "the sign-in reached the password check")
+                await until(lambda: passwords.computing > 0, "the sign-in reached the password check")
                 # Same event-loop tick as the observation above: the check is under way right now.
                 assert not [task for task in holders.values() if runs_login(task)]
                 # Meanwhile everything else still gets the database: a write commits.
