@@ -32,7 +32,7 @@ FLOOD_CONCURRENCY = 200
 PROBE_CONCURRENCY = 2
 # The probes start this long after the flood: its first wave reaches the endpoint before hashing
 # is saturated, and that ramp-up is reported by the flood's own row, not mixed into the probes'.
-FLOOD_SETTLE_SECONDS = 30.0
+FLOOD_SETTLE_SECONDS = 5.0
 FLOOD_HOLD_SECONDS = 600.0  # the flood's own bound, should the bench never close its stdin
 TARGETS = (("SQLite", "paid-flood"), ("PostgreSQL", "paid-flood-pg"))
 # What the flood's servers run with, beyond the bench's usual paid settings.

@@ -2,10 +2,14 @@
 
 Beyond the hashing queue a sign-in is refused anyway; answering here, ahead of routing, form
 parsing, the session and the page template, keeps what a flood of sign-ins costs per request
-small, so the replica's other requests still get the event loop.
+small. The refusal is held for its Retry-After before it is sent: a held request costs the event
+loop nothing, and a client that retries as soon as it is answered (a flood's workers) is slowed to
+one attempt per connection per second, so the replica's other requests still get the event loop.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -24,6 +28,7 @@ class BusySignInGate:
         if scope["type"] == "http" and scope["path"] == LOGIN_PATH and scope["method"] == "POST":
             runtime: Runtime | None = getattr(scope["app"].state, "runtime", None)
             if runtime is not None and runtime.passwords.saturated:
+                await asyncio.sleep(BUSY_RETRY_AFTER_SECONDS)  # the tarpit: see the module's docstring
                 response = PlainTextResponse(
                     "Sign-in is busy. Wait a moment, then try again.",
                     status_code=503,
