@@ -81,7 +81,7 @@ def main() -> None:
     )
     print(run("--version").strip())
     print(run("migrate").strip())
-    run("users", "create", "smoke", "--password", PASSWORD)
+    run("users", "create", "smoke", "--password-stdin", stdin=PASSWORD + "\n")
     token = run("tokens", "create", "smoke", "--label", "smoke test").strip()
     server = subprocess.Popen([SCRIPT, "serve", "--port", str(port)])
     try:

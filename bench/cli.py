@@ -17,13 +17,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import gc_probe, procs, seed, wire
+from bench import gc_probe, login_flood, procs, seed, wire
 from bench.interleaved import cycle_count, slice_seconds
 from bench.report import Report, Row, fmt, machine, median, ratio_interval, ratio_of, ratio_spread, summarize
 from bench.servers import STATIC_TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
-SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle")
+SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle", "login-flood")
 # 8 deliveries at a time, and a burst of 64 (two per subscription of the 32 seeded, so events
 # about one subscription overlap, as a checkout's half-dozen events do).
 WEBHOOK_CONCURRENCY = (8, 64)
@@ -103,6 +103,8 @@ class Bench:
             wanted.add("paid-pg")
         if options.postgres and "notify" in options.scenarios:
             wanted.add("paid-pg-b")  # a second replica on paid-pg's database (cross-replica notify)
+        if "login-flood" in options.scenarios:
+            wanted |= {"paid-flood", "paid-flood-pg"} if options.postgres else {"paid-flood"}
         self.sandbox = procs.start_server(
             "sandbox", procs.free_port(), {"BENCH_KIND": "sandbox"}, self.workdir
         )
@@ -136,7 +138,7 @@ class Bench:
                     database_url=primary.database_url,
                 )
                 continue
-            if name == "paid-pg":
+            if name in ("paid-pg", "paid-flood-pg"):
                 database_url, db_name = seed.postgres_database()
                 self.postgres_names.append(db_name)
             else:
@@ -153,12 +155,13 @@ class Bench:
                 self.seed(
                     database_url,
                     f"http://127.0.0.1:{port}/mcp",
-                    webhook_customers=32 if name in ("paid", "paid-pg") else 0,
+                    webhook_customers=32 if name in ("paid", "paid-pg") else 8 if "flood" in name else 0,
                     notify_accounts=notify,
                 )
             )
             print(f"  seeded {name} ({time.monotonic() - started:.1f} s)", flush=True)
-            env["BENCH_SETTINGS"] = json.dumps(self.paid_settings(database_url, port))
+            extra = login_flood.PRODUCTION_LIKE if name.startswith("paid-flood") else {}
+            env["BENCH_SETTINGS"] = json.dumps({**self.paid_settings(database_url, port), **extra})
             pending.append((name, port, env))
             self.targets[name] = Target(
                 server=None,  # type: ignore[arg-type]
@@ -397,6 +400,10 @@ class Bench:
                     + (f"; {summary['errors']} errors" if summary["errors"] else ""),
                 )
             )
+
+    def login_flood(self) -> None:
+        """/readyz, a free tool call and a webhook, with and without a wrong-password login flood."""
+        login_flood.measure(self)
 
     def notify(self) -> None:
         """Signed checkout.session.completed POST -> notifications/elicitation/complete on the GET stream."""
@@ -698,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Elapsed time, to line a scenario up with the servers' timers (the paid servers'
                 # first reconciliation with Stripe runs RECONCILE_INTERVAL_SECONDS after start-up).
                 print(f"scenario {scenario} (at {time.monotonic() - clock:.0f} s)", flush=True)
-                getattr(bench, scenario)()
+                getattr(bench, scenario.replace("-", "_"))()
         finally:
             bench.stop()
     document = report.markdown(machine(), started, time.monotonic() - clock)

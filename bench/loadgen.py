@@ -9,6 +9,10 @@ Kinds:
 - `interleaved`: the same calls to several servers in turns of short slices (`bench/interleaved.py`),
   for throughput ratios that hold on a machine whose speed changes from second to second.
 - `webhooks`: signed `customer.subscription.updated` events to /webhooks/stripe.
+- `gets`: GET `path` (e.g. /readyz), expecting 200.
+- `login-flood`: wrong-password `POST /login`s by `concurrency` workers, each from a fresh
+  `X-Forwarded-For` address and username (a botnet spraying guesses: no throttle engages, every
+  one costs a hash), until stdin closes; prints the answers' status counts (`bench/login_flood.py`).
 - `idle`: opens `sessions` legacy sessions with their GET streams, prints a ready line, then holds
   them until stdin closes or `hold_seconds` pass.
 """
@@ -97,6 +101,7 @@ async def _timed_post(
 async def _call_worker(spec: dict[str, Any], window: Window, index: int) -> None:
     port, token, mode = spec["port"], spec.get("token"), spec["mode"]
     marker = EXPECT_MARKERS[spec.get("expect", "result")]
+    tool = spec.get("tool")  # another tool than the chart, modern mode only
     request_id = 1
     conn: wire.Connection | None = None
     headers = b""
@@ -108,9 +113,14 @@ async def _call_worker(spec: dict[str, Any], window: Window, index: int) -> None
                 window.error(f"connect: {exc!r}")
                 await asyncio.sleep(0.05)
                 continue
+            if tool is not None:
+                headers = wire.modern_headers(token, tool)
             await window.connected_one()
         request_id += 1
-        body = wire.call_body(mode, request_id)
+        if tool is not None:
+            body = wire.modern_call_body(request_id, tool, spec["arguments"])
+        else:
+            body = wire.call_body(mode, request_id)
         if not await _timed_post(conn, window, "/mcp", headers, body, marker):
             conn.close()
             conn = None
@@ -181,6 +191,40 @@ async def _webhook_worker(spec: dict[str, Any], window: Window, index: int) -> N
         conn.close()
 
 
+async def _get_worker(spec: dict[str, Any], window: Window, index: int) -> None:
+    conn: wire.Connection | None = None
+    while time.perf_counter() < window.end:
+        if conn is None:
+            conn = wire.Connection(spec["port"])
+            try:
+                await conn.open()
+            except (OSError, TimeoutError) as exc:
+                window.error(f"connect: {exc!r}")
+                conn = None
+                await asyncio.sleep(0.05)
+                continue
+            await window.connected_one()
+        started = time.perf_counter()
+        try:
+            response = await conn.request("GET", spec["path"], b"")
+        except (OSError, wire.WireError, asyncio.IncompleteReadError, ValueError) as exc:
+            window.error(f"request: {exc!r}")
+            conn.close()
+            conn = None
+            continue
+        finished = time.perf_counter()
+        if started >= window.start and finished <= window.end:
+            if response.status == 200:
+                window.latencies.append(finished - started)
+            else:
+                window.error(f"{response.status} {response.body[:300]!r}")
+    if conn is not None:
+        conn.close()
+
+
+WORKERS = {"webhooks": _webhook_worker, "gets": _get_worker}
+
+
 def percentile(sorted_values: list[float], fraction: float) -> float | None:
     if not sorted_values:
         return None
@@ -190,7 +234,7 @@ def percentile(sorted_values: list[float], fraction: float) -> float | None:
 
 async def run_load(spec: dict[str, Any]) -> dict[str, Any]:
     window = Window(spec)
-    worker = _webhook_worker if spec["kind"] == "webhooks" else _call_worker
+    worker = WORKERS.get(spec["kind"], _call_worker)
     server_pid = int(spec.get("server_pid", 0))
     concurrency = int(spec["concurrency"])
     tasks = [asyncio.create_task(worker(spec, window, index)) for index in range(concurrency)]
@@ -278,6 +322,11 @@ def main() -> None:
 
     if spec["kind"] == "idle":
         uvloop.run(hold_idle(spec))
+        return
+    if spec["kind"] == "login-flood":
+        from bench.login_flood import flood
+
+        print(json.dumps(uvloop.run(flood(spec))))
         return
     if spec["kind"] == "interleaved":
         from bench.interleaved import run_interleaved

@@ -34,7 +34,11 @@ from service.identity.oauth_routes import router as oauth_router
 from service.identity.oidc.endpoints import router as oidc_router
 from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
+from service.identity.sign_in import PasswordSignIn
+from service.identity.sign_in_gate import BusySignInGate
+from service.identity.throttle import SignInThrottle, throttle_policy
 from service.identity.token_cache import TokenCache
+from service.identity.token_throttle import TokenRequestThrottle
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.output_cap import ToolOutputCap
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
@@ -57,6 +61,7 @@ from service.settings import Settings
 from service.tool_packages import load_tools
 from service.tool_threads import ToolThreads
 from service.web.body_limit import BodyLimit
+from service.web.client_address import ClientAddresses, parse_networks
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
@@ -189,6 +194,9 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
     mcp.middleware.append(ToolOutputCap(settings.max_tool_output_bytes))  # inside the observer
+    passwords = PasswordHashing.from_settings(settings)
+    stack.callback(passwords.close)
+    sign_in_throttle = SignInThrottle(throttle_policy(settings))
     return Runtime(
         settings=settings,
         engine=engine,
@@ -214,12 +222,15 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
         metrics=metrics,
-        passwords=PasswordHashing.from_settings(settings),
         registration_limiter=RegistrationLimiter(
             per_window=settings.oauth_registrations_per_address_per_hour, window_seconds=3600
         ),
         webhook_checks=WebhookChecks.from_settings(settings),
         webhook_rejections=AuditSampler(settings.webhook_rejection_audit_seconds),
+        passwords=passwords,
+        sign_in=PasswordSignIn(sessions, passwords, sign_in_throttle),
+        sign_in_throttle=sign_in_throttle,
+        client_addresses=ClientAddresses(parse_networks(settings.trusted_proxies)),
         oidc=external.login if external else None,
     )
 
@@ -293,6 +304,8 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
         limit=settings.max_request_body_bytes,
         per_path={WEBHOOK_PATH: settings.max_webhook_body_bytes},
     )
+    app.add_middleware(BusySignInGate)
+    app.add_middleware(TokenRequestThrottle)  # /token, served by service/identity/oauth_routes.py
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
     app.include_router(health_router)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,8 @@ from service.paywall.pg_bus import notify_revocation
 from service.settings import ConfigurationError, Settings, listen_problem
 from service.tool_packages import ToolPackageError, load_tools
 
+MAX_TOKEN_DAYS = 3650
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paid-mcp-service", description=__doc__)
@@ -35,9 +38,15 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="upgrade the database to the latest migration")
 
     users = commands.add_parser("users", help="local accounts").add_subparsers(dest="action", required=True)
-    create_user = users.add_parser("create", help="create a local account")
+    create_user = users.add_parser("create", help="create a local account (password prompted, or from stdin)")
     create_user.add_argument("name")
-    create_user.add_argument("--password", required=True)
+    create_user.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    set_password = users.add_parser("set-password", help="set an account's password (and enable it)")
+    set_password.add_argument("name")
+    set_password.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    users.add_parser("list", help="list local accounts")
+    disable_user = users.add_parser("disable", help="refuse sign-ins; revoke tokens and end browser sessions")
+    disable_user.add_argument("name")
 
     tokens = commands.add_parser("tokens", help="personal access tokens").add_subparsers(
         dest="action", required=True
@@ -45,7 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     create_token = tokens.add_parser("create", help="create a token for a user; printed once")
     create_token.add_argument("name", help="the user's name")
     create_token.add_argument("--label", help="what the token is for")
-    create_token.add_argument("--expires-in-days", type=int, help="default: never expires")
+    lifetime = create_token.add_mutually_exclusive_group()
+    lifetime.add_argument(
+        "--expires-in-days", type=_positive_days, help="default: PERSONAL_TOKEN_TTL_DAYS (90)"
+    )
+    lifetime.add_argument("--never-expires", action="store_true", help="a token without an expiry")
     revoke_token = tokens.add_parser("revoke", help="revoke a token by its id (tok_...)")
     revoke_token.add_argument("token_id")
     list_tokens = tokens.add_parser("list", help="list a user's tokens (ids, never secrets)")
@@ -115,7 +128,9 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         app,
         host=settings.host,
         port=settings.port,
-        proxy_headers=True,
+        # Off: uvicorn's would trust X-Forwarded-For from any loopback caller. The app reads it
+        # itself, from TRUSTED_PROXIES only (service/web/client_address.py).
+        proxy_headers=False,
         log_level=settings.log_level.lower(),
         # Uvicorn's records go through our handler; its access log (full query strings) is replaced
         # by the request-context middleware's access line.
@@ -140,6 +155,31 @@ def _stripe(settings: Settings, args: argparse.Namespace) -> int:
         return cli_stripe.report_failures(exc)
 
 
+def _positive_days(value: str) -> int:
+    days = int(value)
+    if not 1 <= days <= MAX_TOKEN_DAYS:
+        raise argparse.ArgumentTypeError(f"between 1 and {MAX_TOKEN_DAYS} days")
+    return days
+
+
+class PasswordInputError(Exception):
+    pass
+
+
+def read_password(from_stdin: bool) -> str:
+    """From stdin's first line with --password-stdin, else prompted twice on the terminal; never argv,
+    where other users' `ps` and the shell's history would see it."""
+    if from_stdin:
+        line = sys.stdin.readline(identity.MAX_PASSWORD_LENGTH + 2)
+        return line.removesuffix("\n").removesuffix("\r")
+    if not sys.stdin.isatty():
+        raise PasswordInputError("no terminal to prompt for the password on; pass it with --password-stdin")
+    password = getpass.getpass("Password: ")
+    if getpass.getpass("Repeat password: ") != password:
+        raise PasswordInputError("the passwords differ")
+    return password
+
+
 def _utc_datetime(value: str) -> datetime:
     parsed = datetime.fromisoformat(value)
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
@@ -162,19 +202,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("database is at the latest migration")
         return 0
 
+    password = ""
+    if (args.command, args.action) in (("users", "create"), ("users", "set-password")):
+        try:
+            password = read_password(args.password_stdin)
+        except PasswordInputError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+
     async def users_create(session: AsyncSession) -> int:
         user = await identity.create_user(
-            session, args.name, args.password, PasswordHashing.from_settings(settings)
+            session, args.name, password, PasswordHashing.from_settings(settings)
         )
         print(f"created user {user.username} ({user.id})")
         return 0
 
+    async def users_set_password(session: AsyncSession) -> int:
+        user = await identity.set_password(
+            session, args.name, password, PasswordHashing.from_settings(settings)
+        )
+        print(f"set the password of {user.username}")
+        return 0
+
+    async def users_list(session: AsyncSession) -> int:
+        for user in await identity.list_users(session):
+            state = "disabled" if identity.password_is_disabled(user.password_hash) else "active"
+            print(f"{user.id}\t{user.username}\t{state}\tcreated={user.created_at.isoformat()}")
+        return 0
+
+    async def users_disable(session: AsyncSession) -> int:
+        user = await identity.disable_user(session, args.name)
+        print(f"disabled {user.username}: its tokens are revoked and its browser sessions ended")
+        return 0
+
     async def tokens_create(session: AsyncSession) -> int:
-        ttl = timedelta(days=args.expires_in_days) if args.expires_in_days else None
+        days = args.expires_in_days or settings.personal_token_ttl_days
+        ttl = None if args.never_expires else timedelta(days=days)
         issued = await identity.create_personal_token(
             session, args.name, resource=settings.mcp_resource_url, label=args.label, ttl=ttl
         )
         print(f"token id: {issued.token.id}", file=sys.stderr)
+        expires = issued.token.expires_at.isoformat() if issued.token.expires_at else "never"
+        print(f"expires: {expires}", file=sys.stderr)
         print("the token is shown once; store it now:", file=sys.stderr)
         print(issued.secret)
         return 0
@@ -197,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     handlers = {
         ("users", "create"): users_create,
+        ("users", "set-password"): users_set_password,
+        ("users", "list"): users_list,
+        ("users", "disable"): users_disable,
         ("tokens", "create"): tokens_create,
         ("tokens", "revoke"): tokens_revoke,
         ("tokens", "list"): tokens_list,

@@ -19,12 +19,15 @@ from service.identity.client_registration import RegistrationLimiter
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
 from service.identity.passwords import PasswordHashing
+from service.identity.sign_in import PasswordSignIn
+from service.identity.throttle import SignInThrottle
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
 from service.paywall.notifier import SessionNotifier
 from service.settings import Settings
 from service.stripe_sandbox import Sandbox
+from service.web.client_address import ClientAddresses
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.pages import Pages
@@ -58,6 +61,9 @@ class Runtime:
     registration_limiter: RegistrationLimiter
     webhook_checks: WebhookChecks
     webhook_rejections: AuditSampler
+    sign_in: PasswordSignIn
+    sign_in_throttle: SignInThrottle
+    client_addresses: ClientAddresses
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(
@@ -67,3 +73,7 @@ class Runtime:
         nonce, token = self.csrf.issue(request)
         page = self.pages.render(template, status_code=status_code, csrf_token=token, **context)
         return self.csrf.attach(page, nonce)
+
+    def client_ip(self, request: Request) -> str | None:
+        """The client's address as throttling and audit rows know it (see service/web/client_address.py)."""
+        return self.client_addresses.of(request.scope)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
+from ipaddress import ip_network
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -155,6 +156,21 @@ class Settings(BaseSettings):
     password_hash_memory_kib: int = Field(default=64 * 1024, ge=8)
     password_hash_parallelism: int = Field(default=4, ge=1)
     password_hash_concurrency: int = Field(default=2, ge=1)  # at once per replica; each holds its memory
+    # Sign-ins waiting for a hashing slot; beyond that a sign-in is answered 503 with Retry-After.
+    password_hash_queue: int = Field(default=16, ge=0, le=10_000)
+
+    # Failed sign-ins (wrong password at /login, refused requests at /token), per replica: after
+    # this many failures an account or a client IP is locked out for SIGN_IN_LOCKOUT_SECONDS, doubled
+    # at each further failure up to SIGN_IN_LOCKOUT_MAX_SECONDS; failures are forgotten after
+    # SIGN_IN_FAILURE_MEMORY_SECONDS without one.
+    sign_in_account_failures: int = Field(default=5, ge=1, le=1000)
+    sign_in_ip_failures: int = Field(default=20, ge=1, le=10_000)
+    sign_in_lockout_seconds: float = Field(default=30.0, ge=1, le=3600)
+    sign_in_lockout_max_seconds: float = Field(default=900.0, ge=1, le=86_400)
+    sign_in_failure_memory_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
+    sign_in_throttle_entries: int = Field(default=100_000, ge=100, le=10_000_000)
+    # Proxies (addresses or CIDR ranges) whose X-Forwarded-For names the client; empty: trust none.
+    trusted_proxies: CsvList = []
 
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
@@ -162,6 +178,8 @@ class Settings(BaseSettings):
     # Dynamic client registrations one client address may make per hour, on each replica.
     oauth_registrations_per_address_per_hour: int = Field(default=30, ge=1, le=100_000)
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
+    # `tokens create` without --expires-in-days; a token that never expires needs --never-expires.
+    personal_token_ttl_days: int = Field(default=90, ge=1, le=3650)
 
     # An external OpenID Connect provider instead of the built-in authorization server (unset: built-in).
     oidc_issuer: str | None = None
@@ -200,8 +218,21 @@ class Settings(BaseSettings):
         "stripe_webhook_secret",
         "tool_packages",
         "upstream_free_tools",
+        "trusted_proxies",
         mode="before",
     )(_split_csv)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"TRUSTED_PROXIES entry {entry!r} is not an IP address or CIDR range"
+                ) from None
+        return value
 
     @field_validator("public_base_url")
     @classmethod

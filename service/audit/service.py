@@ -31,6 +31,8 @@ class AuditKind(StrEnum):
     ENTITLEMENT_CHANGED = "entitlement_changed"
     COMPLETION_DELIVERED = "completion_delivered"
     RATE_LIMITED = "rate_limited"
+    SIGN_IN_FAILED = "sign_in_failed"
+    TOKEN_REQUEST_REFUSED = "token_request_refused"  # noqa: S105 - an event kind
 
 
 async def record(

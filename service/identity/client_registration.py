@@ -12,15 +12,17 @@ from mcp.server.auth.provider import RegistrationError
 from pydantic import AnyUrl
 from starlette.requests import Request
 
+from service.web.client_address import ClientAddresses
+
 MAX_REDIRECT_URIS = 10
 MAX_REDIRECT_URI_LENGTH = 2000
 MAX_CLIENT_NAME_LENGTH = 100
 LOOPBACK_NAMES = ("localhost",)
 
 
-def client_address(request: Request) -> str:
-    """The address a request came from, as rate limits key it."""
-    return request.client.host if request.client else "unknown"
+def client_address(request: Request, addresses: ClientAddresses) -> str:
+    """The address a request came from, as rate limits key it (X-Forwarded-For from trusted proxies)."""
+    return addresses.of(request.scope) or "unknown"
 
 
 def _is_loopback(host: str) -> bool:

@@ -21,6 +21,7 @@ from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import redirect_uri_problem
 from service.identity.models import User
 from service.identity.oauth_provider import PendingAuthorization
+from service.identity.sign_in import SignInRefused
 from service.runtime import Runtime
 from service.web.cookies import SESSION_COOKIE
 
@@ -123,7 +124,23 @@ async def login_submit(
             error="Your form expired. Please sign in again.",
             status_code=400,
         )
-    user = await identity.authenticate(session, username, password, runtime.passwords)
+    try:
+        user = await runtime.sign_in.attempt(username, password, runtime.client_ip(request))
+    except SignInRefused as refused:
+        page = _login_page(
+            runtime,
+            request,
+            authz=authz,
+            pending=pending,
+            next_path=next_path,
+            error="Too many failed sign-ins. Wait a moment, then try again."
+            if refused.throttled
+            else "Sign-in is busy. Wait a moment, then try again.",
+            username=username,
+            status_code=429 if refused.throttled else 503,
+        )
+        page.headers["Retry-After"] = str(refused.retry_after_seconds)
+        return page
     if user is None:
         return _login_page(
             runtime,

@@ -53,7 +53,7 @@ async def register(request: Request) -> Response:
     runtime = _runtime(request)
     if runtime.oidc is not None:  # the external issuer registers clients, not us
         return JSONResponse(NOT_SERVED, status_code=404)
-    address = client_address(request)
+    address = client_address(request, runtime.client_addresses)
     if not runtime.registration_limiter.allow(address):
         return JSONResponse(
             {"error": "too_many_requests", "error_description": "too many client registrations; retry later"},

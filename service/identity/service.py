@@ -1,4 +1,4 @@
-"""Account, token and browser-session operations. Callers own the transaction."""
+"""Account, token and browser-session operations. Callers own the transaction, except `authenticate`'s."""
 
 from __future__ import annotations
 
@@ -6,17 +6,21 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.identity.models import BrowserSession, Token, User
-from service.identity.passwords import PasswordHashing
+from service.identity.passwords import HashingBusy, PasswordHashing
 from service.identity.secrets import digest, new_id, new_secret
 
 PERSONAL_TOKEN_CLIENT_ID = "personal-access-token"  # noqa: S105 - a client id
 USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,149}$")
+MAX_PASSWORD_LENGTH = 1024  # what the login form accepts
+# Not an argon2 hash, so no password ever matches it (the check fails as an invalid hash).
+DISABLED_PASSWORD_HASH = "!disabled"  # noqa: S105 - a marker, not a secret
 
 
 class IdentityError(Exception):
@@ -29,13 +33,19 @@ class IssuedToken:
     secret: str
 
 
+def check_password_rules(password: str) -> None:
+    if len(password) < 8:
+        raise IdentityError("passwords need at least 8 characters")
+    if len(password) > MAX_PASSWORD_LENGTH:
+        raise IdentityError(f"passwords have at most {MAX_PASSWORD_LENGTH} characters")
+
+
 async def create_user(
     session: AsyncSession, username: str, password: str, passwords: PasswordHashing
 ) -> User:
     if not USERNAME_PATTERN.match(username):
         raise IdentityError("usernames are 1-150 letters, digits or . _ @ -, starting with a letter or digit")
-    if len(password) < 8:
-        raise IdentityError("passwords need at least 8 characters")
+    check_password_rules(password)
     if await get_user_by_username(session, username) is not None:
         raise IdentityError(f"user {username!r} already exists")
     user = User(id=new_id("usr"), username=username, password_hash=await passwords.hash(password))
@@ -50,15 +60,69 @@ async def get_user_by_username(session: AsyncSession, username: str) -> User | N
 
 
 async def authenticate(
-    session: AsyncSession, username: str, password: str, passwords: PasswordHashing
+    sessions: SessionFactory, username: str, password: str, passwords: PasswordHashing
 ) -> User | None:
-    user = await get_user_by_username(session, username)
-    if not await passwords.verify(user.password_hash if user else None, password) or user is None:
+    """The user if the password is theirs. The hash is checked with no connection or transaction
+    held: a sign-in waits for a hashing slot for as long as the queue is long, and the pool's
+    connections (SQLite's one) must serve everything else meanwhile. The user is read only once
+    the check has its slot, so a flood costs the database no more reads than hashing can keep up
+    with. Raises `HashingBusy`."""
+    user: User | None = None
+
+    async def stored_hash() -> str | None:
+        nonlocal user
+        async with sessions() as session:
+            user = await get_user_by_username(session, username)
+        return user.password_hash if user else None
+
+    if not await passwords.verify_stored(stored_hash, password) or user is None:
         return None
     if passwords.needs_rehash(user.password_hash):
-        user.password_hash = await passwords.hash(password)
-        session.add(user)
+        try:
+            new_hash = await passwords.hash(password)
+        except HashingBusy:
+            return user  # the rehash waits for a quieter sign-in
+        async with sessions() as session, session.begin():
+            await session.exec(update(User).where(col(User.id) == user.id).values(password_hash=new_hash))
+        user.password_hash = new_hash
     return user
+
+
+def password_is_disabled(password_hash: str) -> bool:
+    return password_hash == DISABLED_PASSWORD_HASH
+
+
+async def set_password(
+    session: AsyncSession, username: str, password: str, passwords: PasswordHashing
+) -> User:
+    user = await get_user_by_username(session, username)
+    if user is None:
+        raise IdentityError(f"no user named {username!r}")
+    check_password_rules(password)
+    user.password_hash = await passwords.hash(password)
+    session.add(user)
+    return user
+
+
+async def disable_user(session: AsyncSession, username: str) -> User:
+    """No more sign-ins, and every token and browser session of the user ends."""
+    user = await get_user_by_username(session, username)
+    if user is None:
+        raise IdentityError(f"no user named {username!r}")
+    user.password_hash = DISABLED_PASSWORD_HASH
+    session.add(user)
+    await session.exec(
+        update(Token)
+        .where(col(Token.user_id) == user.id, col(Token.revoked_at).is_(None))
+        .values(revoked_at=utcnow())
+    )
+    await session.exec(delete(BrowserSession).where(col(BrowserSession.user_id) == user.id))
+    return user
+
+
+async def list_users(session: AsyncSession) -> list[User]:
+    result = await session.exec(select(User).order_by(col(User.username)))
+    return list(result.all())
 
 
 async def issue_token(

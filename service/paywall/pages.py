@@ -65,7 +65,7 @@ async def _checked(
             user_id=user.id,
             elicitation_id=elicitation.id,
             owner=elicitation.user_id,
-            client_ip=request.client.host if request.client else None,
+            client_ip=runtime.client_ip(request),
         )
         return pages.message(
             "This link is not for you",

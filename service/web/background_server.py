@@ -40,7 +40,10 @@ async def serve_in_background(app: ASGIApp, sock: socket.socket) -> AsyncIterato
     uvicorn's loggers are left as the process configured them: a `log_config`, `log_level` or
     `access_log` here would be applied to them process-wide, changing the host server's records.
     """
-    config = uvicorn.Config(app, lifespan="on", log_config=None, timeout_graceful_shutdown=5)
+    # proxy_headers off: the app reads X-Forwarded-For itself, from TRUSTED_PROXIES only.
+    config = uvicorn.Config(
+        app, lifespan="on", log_config=None, timeout_graceful_shutdown=5, proxy_headers=False
+    )
     server = uvicorn.Server(config)
     # The host process owns signals; a nested server must not install its own handlers.
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]

@@ -18,22 +18,19 @@ async def test_signing_in_rehashes_with_the_configured_parameters(database_url: 
             user = await identity.create_user(session, "rehashed", DEFAULT_PASSWORD, cheap_password_hashing())
             old_hash = user.password_hash
 
-        async with sessions() as session, session.begin():
-            assert await identity.authenticate(session, "rehashed", "wrong password", stronger) is None
+        assert await identity.authenticate(sessions, "rehashed", "wrong password", stronger) is None
         async with sessions() as session:
             unchanged = await session.get(User, user.id)
             assert unchanged is not None and unchanged.password_hash == old_hash
 
-        async with sessions() as session, session.begin():
-            assert await identity.authenticate(session, "rehashed", DEFAULT_PASSWORD, stronger) is not None
+        assert await identity.authenticate(sessions, "rehashed", DEFAULT_PASSWORD, stronger) is not None
         async with sessions() as session:
             rehashed = await session.get(User, user.id)
             assert rehashed is not None
             assert "m=256,t=2,p=1" in rehashed.password_hash
             assert not stronger.needs_rehash(rehashed.password_hash)
 
-        async with sessions() as session, session.begin():
-            signed_in = await identity.authenticate(session, "rehashed", DEFAULT_PASSWORD, stronger)
-            assert signed_in is not None and signed_in.id == user.id
+        signed_in = await identity.authenticate(sessions, "rehashed", DEFAULT_PASSWORD, stronger)
+        assert signed_in is not None and signed_in.id == user.id
     finally:
         await engine.dispose()

@@ -6,20 +6,23 @@ import asyncio
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from service.identity.models import Token
 from service.paywall.pg_bus import PostgresBus
+from tests.support.browserless import log_in_through_form
 from tests.support.databases import DatabaseTemplates
 from tests.support.mcp_http import post_initialize
 from tests.support.oauth import refused_within_deadline
-from tests.support.service import RunningService, run_service
+from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
-async def cli(service: RunningService, *args: str) -> subprocess.CompletedProcess[str]:
+async def cli(service: RunningService, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     """The CLI as a real process, awaited: the service under test shares this event loop and must
     keep running (a blocking wait would freeze it mid-transaction and lock the CLI out)."""
     env = {
@@ -34,18 +37,19 @@ async def cli(service: RunningService, *args: str) -> subprocess.CompletedProces
         *args,
         cwd=REPO_ROOT,
         env=env,
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     async with asyncio.timeout(60):
-        out, err = await process.communicate()
+        out, err = await process.communicate(stdin.encode())
     assert process.returncode is not None
     return subprocess.CompletedProcess(list(args), process.returncode, out.decode(), err.decode())
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 async def test_cli_user_and_token_work_with_the_sdk_client(service: RunningService, mode: str) -> None:
-    created = await cli(service, "users", "create", "grace", "--password", "a long password")
+    created = await cli(service, "users", "create", "grace", "--password-stdin", stdin="a long password\n")
     assert created.returncode == 0, created.stderr
     issued = await cli(service, "tokens", "create", "grace", "--label", "laptop")
     assert issued.returncode == 0, issued.stderr
@@ -108,23 +112,73 @@ async def test_cli_revoke_reaches_a_running_service_on_postgresql(
 def test_cli_reports_clear_errors(tmp_path: Path) -> None:
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "service", *args],
             cwd=REPO_ROOT,
             env=env,
+            input=stdin,
             capture_output=True,
             text=True,
             check=False,
         )
 
     assert run("migrate").returncode == 0
-    assert run("users", "create", "ivan", "--password", "long enough").returncode == 0
-    duplicate = run("users", "create", "ivan", "--password", "long enough")
+    assert run("users", "create", "ivan", "--password-stdin", stdin="long enough\n").returncode == 0
+    duplicate = run("users", "create", "ivan", "--password-stdin", stdin="long enough\n")
     assert duplicate.returncode == 1 and "already exists" in duplicate.stderr
-    short = run("users", "create", "judy", "--password", "short")
+    short = run("users", "create", "judy", "--password-stdin", stdin="short\n")
     assert short.returncode == 1 and "at least 8" in short.stderr
+    # Never on the command line, and no silent read of a pipe without --password-stdin.
+    on_argv = run("users", "create", "judy", "--password", "long enough")
+    assert on_argv.returncode == 2 and "unrecognized arguments" in on_argv.stderr
+    no_tty = run("users", "create", "judy", stdin="long enough\n")
+    assert no_tty.returncode == 1 and "--password-stdin" in no_tty.stderr
     missing = run("tokens", "create", "nobody")
     assert missing.returncode == 1 and "no user named" in missing.stderr
     unknown = run("tokens", "revoke", "tok_doesnotexist")
     assert unknown.returncode == 1
+
+
+async def test_personal_tokens_expire_by_default(service: RunningService) -> None:
+    await service.add_user("kim")
+    default = await cli(service, "tokens", "create", "kim")
+    forever = await cli(service, "tokens", "create", "kim", "--never-expires")
+    short = await cli(service, "tokens", "create", "kim", "--expires-in-days", "7")
+    assert default.returncode == forever.returncode == short.returncode == 0, default.stderr
+    expiries = {token.id: token.expires_at for token in await service.rows(Token, kind="personal")}
+    now = datetime.now(UTC)
+    assert expiries[_token_id(default)] is not None
+    assert timedelta(days=89) < expiries[_token_id(default)] - now <= timedelta(days=90)
+    assert expiries[_token_id(forever)] is None
+    assert timedelta(days=6) < expiries[_token_id(short)] - now <= timedelta(days=7)
+    both = await cli(service, "tokens", "create", "kim", "--never-expires", "--expires-in-days", "7")
+    assert both.returncode == 2
+
+
+async def test_cli_lists_disables_and_resets_users(service: RunningService) -> None:
+    await service.add_user("lee")
+    issued = await cli(service, "tokens", "create", "lee")
+    token = issued.stdout.strip()
+    assert (await post_initialize(service, f"Bearer {token}"))[0] == 200
+    assert "lee\tactive" in (await cli(service, "users", "list")).stdout
+
+    disabled = await cli(service, "users", "disable", "lee")
+    assert disabled.returncode == 0, disabled.stderr
+    assert "lee\tdisabled" in (await cli(service, "users", "list")).stdout
+    assert "revoked" in (await cli(service, "tokens", "list", "lee")).stdout
+    async with service.http() as http:
+        refused = await log_in_through_form(http, "/login?next=/account", "lee", DEFAULT_PASSWORD)
+    assert refused.status_code == 401
+
+    reset = await cli(
+        service, "users", "set-password", "lee", "--password-stdin", stdin="a new long password\n"
+    )
+    assert reset.returncode == 0, reset.stderr
+    async with service.http() as http:
+        signed_in = await log_in_through_form(http, "/login?next=/account", "lee", "a new long password")
+    assert signed_in.status_code == 303
+
+
+def _token_id(created: subprocess.CompletedProcess[str]) -> str:
+    return created.stderr.split("token id: ")[1].split()[0]

@@ -1,0 +1,74 @@
+"""The failed sign-in throttle's lockouts, on a clock the test moves."""
+
+from __future__ import annotations
+
+from service.identity.throttle import SignInThrottle, ThrottlePolicy, ip_key
+
+POLICY = ThrottlePolicy(
+    account_failures=3,
+    ip_failures=5,
+    lockout_seconds=30.0,
+    lockout_max_seconds=120.0,
+    memory_seconds=3600.0,
+    max_entries=100,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_account_is_locked_after_k_failures_until_the_window_passes() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(POLICY, clock)
+    for _ in range(2):
+        throttle.failed(account="ann", client_ip="192.0.2.1")
+        assert throttle.retry_after(account="ann", client_ip="192.0.2.9") is None
+    throttle.failed(account="ann", client_ip="192.0.2.1")
+    assert throttle.retry_after(account="ann", client_ip="192.0.2.9") == 30
+    assert throttle.retry_after(account="bob", client_ip="192.0.2.9") is None
+    clock.now += 29.5
+    assert throttle.retry_after(account="ann", client_ip="192.0.2.9") == 1
+    clock.now += 0.5
+    assert throttle.retry_after(account="ann", client_ip="192.0.2.9") is None
+
+
+def test_each_further_failure_doubles_the_lockout_up_to_the_cap() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(POLICY, clock)
+    waits = []
+    for _ in range(6):
+        throttle.failed(account="ann", client_ip=None)
+        waits.append(throttle.retry_after(account="ann", client_ip=None))
+    assert waits == [None, None, 30, 60, 120, 120]
+
+
+def test_a_success_clears_the_account_but_not_the_address() -> None:
+    throttle = SignInThrottle(POLICY, Clock())
+    for n in range(5):
+        throttle.failed(account=f"user{n}", client_ip="192.0.2.1")
+    throttle.succeeded(account="user4")
+    assert throttle.retry_after(account="other", client_ip="192.0.2.1") == 30
+
+
+def test_failures_are_forgotten_after_a_quiet_spell_and_the_table_is_bounded() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(POLICY, clock)
+    throttle.failed(account="ann", client_ip=None)
+    throttle.failed(account="ann", client_ip=None)
+    clock.now += 3601
+    throttle.failed(account="ann", client_ip=None)
+    assert throttle.retry_after(account="ann", client_ip=None) is None
+    for n in range(500):
+        throttle.failed(account=f"spray{n}", client_ip=None)
+    assert len(throttle) <= POLICY.max_entries
+
+
+def test_ipv6_clients_share_their_slash_64() -> None:
+    assert ip_key("2001:db8:1:2::1") == ip_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert ip_key("::ffff:192.0.2.7") == "192.0.2.7"
+    assert ip_key("192.0.2.7") == "192.0.2.7"
