@@ -13,8 +13,6 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.anyio_cycle_fix import installed_fix
-from service.async_library import declared_asyncio
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
@@ -22,7 +20,6 @@ from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision
 from service.gateway.wiring import start_gateway
-from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider
@@ -62,9 +59,7 @@ from service.webhooks.wiring import build_stripe_sync
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown."""
     catalog = PlanCatalog.load(settings.plans_file)
-    engine = create_engine(
-        settings.database_url, sqlite_thread_follows_loop_cpu=settings.sqlite_thread_follows_loop_cpu
-    )
+    engine = create_engine(settings.database_url)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
@@ -150,8 +145,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         public_base_url=settings.public_base_url,
         grace_seconds=settings.past_due_grace_seconds,
     )
-    threads = ToolThreads(follow_loop_cpu=settings.tool_threads_follow_loop_cpu)
-    stack.callback(threads.close)
+    threads = ToolThreads(settings.sync_tool_threads)
     toolset.install(mcp, paywall, threads)
     await upstream.install(mcp, paywall)
     await install_observability(settings, mcp, metrics, stack)
@@ -207,9 +201,6 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
-            stack.enter_context(declared_asyncio())
-            if settings.anyio_cycle_fix:
-                stack.enter_context(installed_fix())
             app.state.runtime = await _start_runtime(settings, stack)
             mcp = app.state.runtime.mcp
             mcp_http = build_mcp_app(mcp, settings)
@@ -226,8 +217,6 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
                 SecurityHeadersMiddleware(WebhookEndpoint(), hsts=not settings.is_development)
             )
             stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
-            if settings.gc_freeze:
-                stack.enter_context(tuned_gc(settings.gc_gen0_threshold))
             yield
 
     app = ServiceApp(

@@ -87,6 +87,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.process_tuning import ProcessTuning
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
     try:  # refuse here, in one line, rather than in a traceback from inside the lifespan
@@ -96,7 +97,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         return 2
     configure_logging(settings.log_level, settings.effective_log_format)
     uvicorn.run(
-        create_app(settings),
+        ProcessTuning(create_app(settings), settings),
         host=settings.host,
         port=settings.port,
         proxy_headers=True,
