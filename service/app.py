@@ -9,6 +9,8 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from mcp.server import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -137,17 +139,26 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             jitter=0.1,
         )
     )
-    mcp = build_mcp_server(settings, oauth, sessions, external.verifier if external else None)
-    register_billing_tools(
-        mcp,
-        sessions,
-        catalog,
-        public_base_url=settings.public_base_url,
-        grace_seconds=settings.past_due_grace_seconds,
-    )
     threads = ToolThreads(settings.sync_tool_threads)
-    toolset.install(mcp, paywall, threads)
-    await upstream.install(mcp, paywall)
+
+    def build_mcp(upstream_tools: list[Tool]) -> MCPServer:
+        mcp = build_mcp_server(
+            settings, oauth, sessions, external.verifier if external else None, tools=upstream_tools
+        )
+        register_billing_tools(
+            mcp,
+            sessions,
+            catalog,
+            public_base_url=settings.public_base_url,
+            grace_seconds=settings.past_due_grace_seconds,
+        )
+        toolset.install(mcp, paywall, threads)
+        return mcp
+
+    mcp = build_mcp([])
+    if upstream.tools:  # prebuilt tools go to the constructor: built again, once our names are known
+        await upstream.check_names(mcp)
+        mcp = build_mcp(upstream.registry_entries(paywall))
     await install_observability(settings, mcp, metrics, stack)
     return Runtime(
         settings=settings,
