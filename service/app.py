@@ -30,7 +30,6 @@ from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
-from service.observability.elicitation_events import observe_elicitations
 from service.observability.exposition import router as metrics_router
 from service.observability.metrics import ServiceMetrics
 from service.observability.request_context import RequestContextMiddleware
@@ -65,7 +64,6 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
-    observe_elicitations(sessions, metrics)
     secret_key = settings.secret_key.get_secret_value()
     cookies = CookiePolicy(secure=not settings.is_development)
 
@@ -129,8 +127,9 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         waiters,
         notifier,
         tool_index,
+        metrics,
     )
-    stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus)
+    stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus, metrics)
     await stack.enter_async_context(
         every(
             settings.reconcile_interval_seconds,

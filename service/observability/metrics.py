@@ -142,6 +142,13 @@ class ServiceMetrics:
     def elicitation_expired(self, era: str | None) -> None:
         self.elicitations_expired.labels(era=era_label(era)).inc()
 
+    def elicitations_settled(self, completed_eras: Iterable[str], expired_eras: Iterable[str]) -> None:
+        """What a committed Stripe event or reconciliation step did to elicitations."""
+        for era in completed_eras:
+            self.elicitation_completed(era)
+        for era in expired_eras:
+            self.elicitation_expired(era)
+
     def checkout_created(self, plan: str) -> None:
         self.checkouts_created.labels(plan=plan).inc()
 

@@ -182,6 +182,7 @@ async def start_checkout(
     )
     checked.checkout_session_id = checkout.id
     session.add(checked)
+    runtime.metrics.checkout_created(plan.id)
     await record(
         session, AuditKind.CHECKOUT_CREATED, user_id=user.id, elicitation_id=checked.id, checkout=checkout.id
     )
@@ -237,6 +238,7 @@ async def restart_expired(
             old,
             ttl=timedelta(seconds=runtime.settings.elicitation_ttl_seconds),
             max_new_per_hour=runtime.settings.max_elicitations_per_hour,
+            metrics=runtime.metrics,
         )
     except RateLimited as exc:
         response = runtime.pages.message("Too many attempts", str(exc).capitalize() + ".", status_code=429)
