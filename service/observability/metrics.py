@@ -24,7 +24,7 @@ from service.observability.loop_metrics import (
     LoopMetricsCollector,
 )
 
-TOOL_OUTCOMES = ("ok", "error", "elicitation")
+TOOL_OUTCOMES = ("ok", "error", "elicitation", "cancelled")
 ENTITLEMENT_SOURCES = ("cache", "database")
 UNKNOWN = "unknown"
 _ERA = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -44,7 +44,8 @@ class ServiceMetrics:
         self._entitlement_children: dict[str, HistogramSlot] = {}
         self.tool_calls = LoopCounter(
             "mcp_tool_calls",
-            "MCP tools/call requests by tool and outcome (ok, error, elicitation: a payment link was given).",
+            "MCP tools/call requests by tool and outcome (ok, error, elicitation: a payment link was "
+            "given, cancelled: the client cancelled the call or went away).",
             ["tool", "outcome"],
         )
         self.tool_call_seconds = LoopHistogram(

@@ -30,15 +30,11 @@ def webhook_processed(
     if completed:
         request_context.bind(elicitation_id=completed[0])
         metrics.completion_announced(time.perf_counter() - started)
-    logger.info(
-        "stripe webhook %s (%s): %s",
-        event.id,
-        event.type,
-        outcome.status,
-        extra={
-            "stripe_event_id": event.id,
-            "stripe_event_type": event.type,
-            "outcome": outcome.status,
-            "completed_elicitations": completed,
-        },
-    )
+    fields = {
+        "stripe_event_id": event.id,
+        "stripe_event_type": event.type,
+        "outcome": outcome.status,
+        "completed_elicitations": completed,
+    }
+    if not request_context.note(**fields):  # on the webhook request's access line when there is one
+        logger.info("stripe webhook %s (%s): %s", event.id, event.type, outcome.status, extra=fields)
