@@ -160,8 +160,8 @@ async def lifespan(app: Any) -> tuple[asyncio.Task[None], asyncio.Queue[dict[str
 class OwnProcess:
     """Sets this thread as each server's own process would have it, for servers measured in turns
     in one process: the bare SDK with no sniffio installed (as `make bench` starts it, see
-    `bench/without_sniffio`), ours with sniffio and asyncio declared to it (its lifespan declares
-    it, `service/async_library.py`). Make it after the servers' lifespans have started."""
+    `bench/without_sniffio`), ours with sniffio and asyncio declared to it (`serve`'s wrapper declares
+    it, `service/process_tuning.py`). Make it after the servers' lifespans have started."""
 
     def __init__(self) -> None:
         self._declared = sniffio.thread_local.name
@@ -180,6 +180,7 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
     from service.db.migrations import upgrade_to_head
     from service.identity import service as identity
     from service.identity.passwords import PasswordHashing
+    from service.process_tuning import ProcessTuning
     from service.settings import Settings
 
     database_url = f"sqlite+aiosqlite:///{workdir / 'profile.db'}"
@@ -217,7 +218,7 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
         reconcile_interval_seconds=0,
         log_level="WARNING",
     )
-    return create_app(settings), issued.secret
+    return ProcessTuning(create_app(settings), settings), issued.secret  # as `serve` runs it
 
 
 async def main(calls: int, top: int, concurrency: int, mode: str) -> None:

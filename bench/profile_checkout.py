@@ -72,6 +72,7 @@ async def main(checkouts: int, top: int) -> None:
     from service.db.metadata import utcnow
     from service.identity import service as identity
     from service.paywall.models import Elicitation
+    from service.process_tuning import ProcessTuning
     from service.settings import Settings
     from service.webhooks.applier import FreshSubscription
 
@@ -91,7 +92,7 @@ async def main(checkouts: int, top: int) -> None:
             password_hash_parallelism=1,
         )
         app = create_app(settings)
-        task, queue = await lifespan(app)
+        task, queue = await lifespan(ProcessTuning(app, settings))  # as `serve` runs it
         runtime = app.state.runtime
         cases: list[tuple[str, str, int]] = []
         async with runtime.sessions() as session, session.begin():

@@ -65,6 +65,7 @@ class SelfTimeSampler:
 
 async def main(events: int, concurrency: int, top: int) -> None:
     from service.app import create_app
+    from service.process_tuning import ProcessTuning
     from service.settings import DEV_WEBHOOK_SECRET, Settings
     from service.stripe_sandbox import API_VERSION, sign_webhook_payload
 
@@ -90,7 +91,7 @@ async def main(events: int, concurrency: int, top: int) -> None:
                 log_level="WARNING",
             )
             app = create_app(settings)
-            task, queue = await lifespan(app)
+            task, queue = await lifespan(ProcessTuning(app, settings))  # as `serve` runs it
             spec = {
                 "customers": [account.as_customer() for account in seeded.webhook_customers],
                 "concurrency": concurrency,

@@ -7,7 +7,7 @@
   (`bench/without_sniffio`; our service depends on sniffio, so the bench's environment has it).
 - `bare-auth`: the same with a static bearer-token verifier (a dict lookup): separates the cost of
   authentication from the cost of the paywall.
-- `paid`: our service, `service.app.create_app(Settings(...))`, unchanged (settings from
+- `paid`: our service, `service.app.create_app(Settings(...))` wrapped as `serve` wraps it (settings from
   BENCH_SETTINGS; the bench points them at its standalone sandbox, so no embedded sandbox starts).
 - `sandbox`: the one Stripe sandbox all `paid*` servers talk to (`create_sandbox_app`), no webhook
   endpoints (the bench posts webhooks itself), nothing persisted.
@@ -63,12 +63,14 @@ def bare_app(*, with_auth: bool) -> Starlette:
 
 def paid_app() -> Any:
     import service.app
+    from service.process_tuning import ProcessTuning
     from service.settings import Settings
 
     values = json.loads(os.environ["BENCH_SETTINGS"])
     if _json_response():
         values["mcp_json_response"] = True
-    return service.app.create_app(Settings(_env_file=None, **values))  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return ProcessTuning(service.app.create_app(settings), settings)  # as `serve` runs it
 
 
 def sandbox_app() -> Any:

@@ -9,12 +9,12 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from mcp.server import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.anyio_cycle_fix import installed_fix
-from service.async_library import declared_asyncio
 from service.audit.sampling import AuditSampler
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
@@ -24,7 +24,6 @@ from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.db.migrations import head_revision, known_revisions
 from service.gateway.wiring import start_gateway
-from service.gc_tuning import tuned_gc
 from service.health.endpoints import router as health_router
 from service.health.readiness import Readiness
 from service.identity.client_registration import RegistrationLimiter
@@ -42,7 +41,6 @@ from service.identity.token_throttle import TokenRequestThrottle
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.output_cap import ToolOutputCap
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
-from service.observability.elicitation_events import observe_elicitations
 from service.observability.exposition import router as metrics_router
 from service.observability.metrics import ServiceMetrics
 from service.observability.request_context import RequestContextMiddleware
@@ -77,13 +75,10 @@ from service.webhooks.wiring import build_stripe_sync
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown."""
     catalog = PlanCatalog.load(settings.plans_file)
-    engine = create_engine(
-        settings.database_url, sqlite_thread_follows_loop_cpu=settings.sqlite_thread_follows_loop_cpu
-    )
+    engine = create_engine(settings.database_url)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
-    observe_elicitations(sessions, metrics)
     secret_key = settings.secret_key.get_secret_value()
     cookies = CookiePolicy(secure=not settings.is_development)
 
@@ -162,8 +157,9 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         waiters,
         notifier,
         tool_index,
+        metrics,
     )
-    stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus)
+    stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus, metrics)
     await stack.enter_async_context(
         every(
             settings.reconcile_interval_seconds,
@@ -180,18 +176,26 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             jitter=0.1,
         )
     )
-    mcp = build_mcp_server(settings, oauth, sessions, external.verifier if external else None)
-    register_billing_tools(
-        mcp,
-        sessions,
-        catalog,
-        public_base_url=settings.public_base_url,
-        grace_seconds=settings.past_due_grace_seconds,
-    )
-    threads = ToolThreads(follow_loop_cpu=settings.tool_threads_follow_loop_cpu)
-    stack.callback(threads.close)
-    toolset.install(mcp, paywall, threads)
-    await upstream.install(mcp, paywall)
+    threads = ToolThreads(settings.sync_tool_threads)
+
+    def build_mcp(upstream_tools: list[Tool]) -> MCPServer:
+        mcp = build_mcp_server(
+            settings, oauth, sessions, external.verifier if external else None, tools=upstream_tools
+        )
+        register_billing_tools(
+            mcp,
+            sessions,
+            catalog,
+            public_base_url=settings.public_base_url,
+            grace_seconds=settings.past_due_grace_seconds,
+        )
+        toolset.install(mcp, paywall, threads)
+        return mcp
+
+    mcp = build_mcp([])
+    if upstream.tools:  # prebuilt tools go to the constructor: built again, once our names are known
+        await upstream.check_names(mcp)
+        mcp = build_mcp(upstream.registry_entries(paywall))
     await install_observability(settings, mcp, metrics, stack)
     mcp.middleware.append(ToolOutputCap(settings.max_tool_output_bytes))  # inside the observer
     passwords = PasswordHashing.from_settings(settings)
@@ -262,9 +266,6 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
-            stack.enter_context(declared_asyncio())
-            if settings.anyio_cycle_fix:
-                stack.enter_context(installed_fix())
             app.state.runtime = await _start_runtime(settings, stack)
             mcp = app.state.runtime.mcp
             mcp_http = build_mcp_app(mcp, settings)
@@ -286,8 +287,6 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
                 )
             )
             stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
-            if settings.gc_freeze:
-                stack.enter_context(tuned_gc(settings.gc_gen0_threshold))
             yield
 
     app = ServiceApp(

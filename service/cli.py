@@ -108,6 +108,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
 
     from service.app import create_app
+    from service.process_tuning import ProcessTuning
     from service.web.draining import Draining, DrainingServer
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
@@ -123,7 +124,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.effective_log_format)
-    app = Draining(create_app(settings))
+    app = Draining(ProcessTuning(create_app(settings), settings))
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import logging.handlers
+from typing import TextIO
 
 from service.observability.logs import LogFormat, install
 
@@ -10,8 +13,26 @@ from service.observability.logs import LogFormat, install
 QUIET_LOGGERS = ("httpx", "httpx2", "alembic.runtime.migration", "mcp.server.streamable_http_manager")
 
 
-def configure_logging(level: str, log_format: LogFormat = "text") -> None:
-    """One handler on the root logger, with the request context and redaction filters."""
-    install(level, log_format)
+_running: list[logging.handlers.QueueListener] = []
+
+
+def configure_logging(
+    level: str, log_format: LogFormat = "text", stream: TextIO | None = None
+) -> logging.handlers.QueueListener:
+    """The root logger's records go through a queue to a writer thread, with the request context
+    and redaction filters; what is queued is written out at exit (or by `stop_logging`)."""
+    stop_logging()
+    listener = install(level, log_format, stream)
+    _running.append(listener)
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    return listener
+
+
+def stop_logging() -> None:
+    """Write out what is queued and end the writer thread; the root logger keeps its queue."""
+    while _running:
+        _running.pop().stop()
+
+
+atexit.register(stop_logging)

@@ -133,14 +133,8 @@ class Settings(BaseSettings):
     # (0 keeps Python's 700). See service/gc_tuning.py for the measurements.
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(default=10_000, ge=0)
-    # Rebuild anyio's TaskGroup._spawn so a cancelled child task leaves no reference cycle (every
-    # legacy SSE tool call cancels two). See service/anyio_cycle_fix.py.
-    anyio_cycle_fix: bool = True
-    # Wake the thread a sync tool runs in on the event loop's CPU when no other tool call is in a
-    # thread: waking an idle vCPU costs ~300 us on cloud VMs. See service/tool_threads.py.
-    tool_threads_follow_loop_cpu: bool = True
-    # The same for SQLite's connection thread, which runs every statement. See service/db/engine.py.
-    sqlite_thread_follows_loop_cpu: bool = True
+    # Sync tool calls running at once in worker threads (more wait for a thread). See service/tool_threads.py.
+    sync_tool_threads: int = Field(default=40, ge=1, le=1000)
 
     # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
     upstream_mcp_url: str | None = None

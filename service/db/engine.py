@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlmodel.ext.asyncio.session import AsyncSession
-
-from service.cpu_placement import FollowsWaker
 
 SessionFactory = async_sessionmaker[AsyncSession]
 
@@ -57,32 +54,6 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None
 
 
-def _wake_on_the_loops_cpu(dbapi_connection: Any, _record: Any) -> None:
-    """Run each of this connection's statements in a thread woken on the event loop's CPU.
-
-    aiosqlite runs every call (cursor, execute, fetch, close, BEGIN, COMMIT: about 30 for a completed
-    checkout) in the connection's own thread and wakes the loop with the answer, two cross-thread
-    wake-ups a call: ~100 us a call when they cross vCPUs, ~40 us when not (measured on the 2-vCPU
-    AMD EPYC VM, `SELECT 1` on uvloop). See `service/cpu_placement.py`. aiosqlite has no public
-    hook for this, so the connection's queueing method is wrapped; an aiosqlite shaped otherwise
-    is left as it is.
-    """
-    connection: Any = getattr(dbapi_connection, "_connection", None)  # SQLAlchemy's adapter -> aiosqlite
-    thread = getattr(connection, "_thread", None)
-    queue_call = getattr(connection, "_execute", None)
-    if not isinstance(thread, threading.Thread) or queue_call is None:
-        return
-    follower = FollowsWaker.for_thread(thread.native_id)
-    if follower is None:
-        return
-
-    async def queue_call_from_the_loops_cpu(function: Any, *args: Any, **kwargs: Any) -> Any:
-        follower.before_wake()
-        return await queue_call(function, *args, **kwargs)
-
-    connection._execute = queue_call_from_the_loops_cpu
-
-
 def _sqlite_begin_immediate(connection: Any) -> None:
     """Take the write lock at BEGIN: two deferred transactions that both read and then write can
     deadlock, and SQLite answers one of them 'database is locked' at once instead of waiting."""
@@ -94,7 +65,6 @@ def create_engine(
     *,
     echo: bool = False,
     idle_ping_after: float | None = None,
-    sqlite_thread_follows_loop_cpu: bool = False,
 ) -> AsyncEngine:
     ensure_sqlite_directory(url)
     if make_url(url).get_backend_name() == "sqlite":
@@ -106,8 +76,6 @@ def create_engine(
         # A local file needs no liveness ping.
         engine = create_async_engine(async_database_url(url), echo=echo, pool_size=1, max_overflow=0)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        if sqlite_thread_follows_loop_cpu:
-            event.listen(engine.sync_engine, "connect", _wake_on_the_loops_cpu)
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
     engine = create_async_engine(async_database_url(url), echo=echo, pool_size=10, max_overflow=20)

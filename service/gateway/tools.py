@@ -1,10 +1,10 @@
 """Upstream tools served as our own: same name, description, schemas and annotations.
 
 `MCPServer.add_tool` derives a tool's schemas from a Python signature, which an upstream tool does
-not have. The SDK's registry holds `mcp.server.mcpserver.tools.Tool` objects and the server lists
-and runs whatever is there (`tool.parameters`, `tool.output_schema`, `tool.run(arguments, ctx)`),
-so an `UpstreamTool` subclass carries the upstream's raw JSON schemas and replaces `run` with
-"paywall, then forward". Argument validation is left to the upstream, which owns the schema.
+not have. `MCPServer`'s constructor also takes prebuilt `mcp.server.mcpserver.tools.Tool` objects,
+and the server lists and runs them (`tool.parameters`, `tool.output_schema`, `tool.run(arguments,
+ctx)`), so an `UpstreamTool` subclass carries the upstream's raw JSON schemas and replaces `run`
+with "paywall, then forward". Argument validation is left to the upstream, which owns the schema.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from functools import cached_property
 from typing import Any
 
 import mcp_types as t
-from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import func_metadata
@@ -109,24 +108,26 @@ def _forwarder(upstream: UpstreamClient, name: str, paid: PaidTool | None, gate:
     return forward
 
 
-async def install_upstream_tools(
-    server: MCPServer,
-    upstream: UpstreamClient,
-    upstream_tools: list[t.Tool],
-    paid: dict[str, PaidTool],
-    gate: PaywallGate,
-) -> None:
-    """Register every upstream tool; a name one of our tools already has is a start-up error."""
-    ours = {tool.name for tool in await server.list_tools()}
+def check_names(ours: set[str], upstream_tools: list[t.Tool]) -> None:
+    """Raise `ToolNameCollision` when an upstream tool has the name of one of `ours`."""
     clashes = sorted(ours & {tool.name for tool in upstream_tools})
     if clashes:
         raise ToolNameCollision(
             f"upstream MCP tools {clashes} have the names of this service's own tools; "
             "rename them upstream or drop the local tool package that defines them"
         )
+
+
+def upstream_tools_as_ours(
+    upstream: UpstreamClient,
+    upstream_tools: list[t.Tool],
+    paid: dict[str, PaidTool],
+    gate: PaywallGate,
+) -> list[Tool]:
+    """Every upstream tool as a registry entry for `MCPServer(tools=...)`."""
     metadata = func_metadata(_no_parameters, structured_output=False)
-    for tool in upstream_tools:
-        entry = UpstreamTool(
+    return [
+        UpstreamTool(
             fn=_no_parameters,
             name=tool.name,
             title=tool.title,
@@ -140,6 +141,5 @@ async def install_upstream_tools(
             upstream_output_schema=tool.output_schema,
             forward=_forwarder(upstream, tool.name, paid.get(tool.name), gate),
         )
-        # The SDK has no public way to add a prebuilt Tool after construction; its manager's
-        # registry is the one place list/call read from (pinned by tests/integration/gateway).
-        server._tool_manager._tools[tool.name] = entry
+        for tool in upstream_tools
+    ]

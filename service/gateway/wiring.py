@@ -1,4 +1,5 @@
-"""Gateway mode in the lifespan: one call before the paywall is built, one after."""
+"""Gateway mode in the lifespan: the upstream's tools are read before the paywall is built, and
+handed to the MCP server's constructor after it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from dataclasses import dataclass, field
 import httpx2
 import mcp_types as t
 from mcp.server import MCPServer
+from mcp.server.mcpserver.tools import Tool
 from pydantic import SecretStr
 
 from service.billing.plans import PlanCatalog
-from service.gateway.tools import classify, install_upstream_tools
+from service.gateway.tools import check_names, classify, upstream_tools_as_ours
 from service.gateway.upstream import UpstreamClient, UpstreamConfig
 from service.paywall.toolset import PaidTool, PaywallGate
 from service.settings import Settings
@@ -29,10 +31,15 @@ class Gateway:
     paid_tools: dict[str, PaidTool] = field(default_factory=dict)
     free_tools: frozenset[str] = frozenset()
 
-    async def install(self, server: MCPServer, gate: PaywallGate) -> None:
-        """Serve the upstream's tools on `server`; call after our own tools, before observability."""
-        if self.upstream is not None:
-            await install_upstream_tools(server, self.upstream, self.tools, self.paid_tools, gate)
+    async def check_names(self, ours: MCPServer) -> None:
+        """Raise `ToolNameCollision` when an upstream tool has the name of a tool on `ours`."""
+        check_names({tool.name for tool in await ours.list_tools()}, self.tools)
+
+    def registry_entries(self, gate: PaywallGate) -> list[Tool]:
+        """The upstream's tools for `MCPServer(tools=...)`, paid ones behind `gate`; [] without one."""
+        if self.upstream is None:
+            return []
+        return upstream_tools_as_ours(self.upstream, self.tools, self.paid_tools, gate)
 
 
 async def start_gateway(settings: Settings, stack: AsyncExitStack, catalog: PlanCatalog) -> Gateway:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
+from mcp.server.mcpserver.tools import Tool
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
@@ -62,9 +64,12 @@ def build_mcp_server(
     oauth: DatabaseOAuthProvider,
     sessions: SessionFactory,
     external: ExternalTokenVerifier | None = None,
+    tools: Sequence[Tool] = (),
 ) -> MCPServer:
+    """`tools`: prebuilt registry entries (the gateway's upstream tools), served next to ours."""
     server: MCPServer = MCPServer(
         settings.mcp_server_name,
+        tools=list(tools),
         version=__version__,
         instructions=(
             "Free and paid tools. A paid tool sends you to a payment page when you have no subscription."

@@ -8,13 +8,10 @@ it on the main port, which then has to be blocked at the ingress.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import uvicorn
 from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
@@ -23,8 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from service.dependencies import RuntimeDep
-
-STARTUP_TIMEOUT_SECONDS = 20.0
+from service.web.background_server import serve_in_background
 
 router = APIRouter(tags=["metrics"])
 
@@ -63,21 +59,8 @@ def _bind(host: str, port: int) -> socket.socket:
 async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> AsyncIterator[int]:
     """Serve `/metrics` on host:port until the block exits; yields the bound port."""
     sock = _bind(host, port)
-    # No log_config, log_level or access_log: uvicorn would apply them to its loggers process-wide.
-    config = uvicorn.Config(metrics_app(registry), lifespan="off", log_config=None)
-    server = uvicorn.Server(config)
-    # The host process owns signals; a nested server must not install its own handlers.
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the metrics server exited during startup")
-                await asyncio.sleep(0.01)  # polling uvicorn's started flag, bounded by the timeout
-        yield int(sock.getsockname()[1])
+        async with serve_in_background(metrics_app(registry), sock, lifespan="off"):
+            yield int(sock.getsockname()[1])
     finally:
-        server.should_exit = True
-        await task
         sock.close()

@@ -3,14 +3,21 @@
 A JSON line is one object: `time` (UTC, ISO 8601), `level`, `logger`, `message`, then
 `request_id`, `user_id` and `elicitation_id` when known, then any `extra=` fields of the call and
 `exception` when there is one. Every line passes the redaction filter first.
+
+The event loop never writes a line itself: `install` puts a `QueueHandler` on the root logger,
+which stamps the request context on the record and queues it, and a `QueueListener` thread
+redacts, formats and writes it.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
+import logging.handlers
+import queue
 import sys
-from datetime import UTC, datetime
+import time
 from typing import Any, Literal, TextIO
 
 from service.observability.redaction import scrub, scrub_value
@@ -69,10 +76,23 @@ def extra_keys(record: logging.LogRecord) -> list[str]:
     ]
 
 
+# One encoder for every line: `json.dumps` with options builds a new encoder on each call.
+_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+
+def _utc_time(created: float) -> str:
+    """`created` as ISO 8601 in UTC, to the millisecond (cheaper than going through `datetime`)."""
+    seconds = int(created)
+    return (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        + f".{int((created - seconds) * 1000):03d}+00:00"
+    )
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "time": _utc_time(record.created),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -89,7 +109,7 @@ class JsonFormatter(logging.Formatter):
             line["exception"] = record.exc_text
         if record.stack_info:
             line["stack"] = record.stack_info
-        return json.dumps(line, default=str, ensure_ascii=False)
+        return _encode(line)
 
 
 class _TextFormatter(logging.Formatter):
@@ -100,7 +120,8 @@ class _TextFormatter(logging.Formatter):
 
 
 def build_handler(log_format: LogFormat, stream: TextIO | None = None) -> logging.Handler:
-    """A stream handler with the context and redaction filters and the chosen format."""
+    """A stream handler with the context and redaction filters and the chosen format; it writes
+    in the thread that logs (tests read it synchronously; `install` writes from a thread)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ContextFilter())
     handler.addFilter(RedactionFilter())
@@ -108,12 +129,43 @@ def build_handler(log_format: LogFormat, stream: TextIO | None = None) -> loggin
     return handler
 
 
-def install(level: str, log_format: LogFormat, stream: TextIO | None = None) -> logging.Handler:
-    """Replace the root logger's handlers with ours; returns the handler."""
-    handler = build_handler(log_format, stream)
+class _Enqueue(logging.handlers.QueueHandler):
+    """Queues a copy of the record with its message and traceback already rendered: its arguments
+    may change once the call returns, and its traceback would keep the caller's frames alive."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        queued = copy.copy(record)
+        try:
+            queued.msg = record.getMessage()
+        except Exception:  # a bad format string must not lose the line
+            queued.msg = str(record.msg)
+        queued.args = None
+        if record.exc_info:
+            if not record.exc_text:
+                queued.exc_text = _traceback_formatter.formatException(record.exc_info)
+            queued.exc_info = None
+        return queued
+
+
+_traceback_formatter = logging.Formatter()
+
+
+def install(
+    level: str, log_format: LogFormat, stream: TextIO | None = None
+) -> logging.handlers.QueueListener:
+    """Replace the root logger's handlers with a queue, and start the thread that writes it out;
+    returns that listener, which the caller stops (writing what is still queued) at exit."""
+    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    enqueue = _Enqueue(records)
+    enqueue.addFilter(ContextFilter())  # the request context lives in the logging task, not the thread
+    writer = logging.StreamHandler(stream or sys.stderr)
+    writer.addFilter(RedactionFilter())
+    writer.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(TEXT_FORMAT))
+    listener = logging.handlers.QueueListener(records, writer)
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
-    root.addHandler(handler)
+    root.addHandler(enqueue)
     root.setLevel(level)
-    return handler
+    listener.start()
+    return listener

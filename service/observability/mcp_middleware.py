@@ -2,11 +2,13 @@
 
 It runs inside the SDK's request-state boundary, around params validation and the tool itself, so
 it sees every outcome: a result (ok or `isError`), an `InputRequiredResult` (2026-07-28 payment
-prompt), a -32042 error (2025-11-25 payment prompt), or any other error.
+prompt), a -32042 error (2025-11-25 payment prompt), or any other error. The outcome goes on the
+access line of the HTTP request that carried the call; only a call that has none gets a line here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import URL_ELICITATION_REQUIRED, CallToolResult, InputRequiredResult
 
 from service.observability.metrics import UNKNOWN, ServiceMetrics
-from service.observability.request_context import enter_child, leave
+from service.observability.request_context import CANCELLED, enter_child, leave
 
 logger = logging.getLogger("service.tools")
 
@@ -46,22 +48,21 @@ class ToolCallObserver:
         except MCPError as exc:
             outcome = "elicitation" if exc.error.code == URL_ELICITATION_REQUIRED else "error"
             raise
+        except asyncio.CancelledError:  # the client cancelled or left: not a server error
+            outcome = CANCELLED
+            raise
         finally:
             try:
                 seconds = time.perf_counter() - started
                 self._metrics.tool_call(tool, outcome, seconds)
-                if logger.isEnabledFor(logging.INFO):  # the line's fields cost more than the check
-                    logger.info(
-                        "tool call %s: %s",
-                        tool,
-                        outcome,
-                        extra={
-                            "tool": tool,
-                            "outcome": outcome,
-                            "protocol_version": ctx.protocol_version,
-                            "duration_ms": round(seconds * 1000, 2),
-                        },
-                    )
+                fields = {
+                    "tool": tool,
+                    "outcome": outcome,
+                    "protocol_version": ctx.protocol_version,
+                    "tool_duration_ms": round(seconds * 1000, 2),
+                }
+                if not call.note(**fields) and logger.isEnabledFor(logging.INFO):
+                    logger.info("tool call %s: %s", tool, outcome, extra=fields)
             finally:
                 leave(context_token)
 

@@ -24,7 +24,7 @@ from service.observability.loop_metrics import (
     LoopMetricsCollector,
 )
 
-TOOL_OUTCOMES = ("ok", "error", "elicitation")
+TOOL_OUTCOMES = ("ok", "error", "elicitation", "cancelled")
 ENTITLEMENT_SOURCES = ("cache", "database")
 UNKNOWN = "unknown"
 _ERA = re.compile(r"\d{4}-\d{2}-\d{2}")
@@ -44,7 +44,8 @@ class ServiceMetrics:
         self._entitlement_children: dict[str, HistogramSlot] = {}
         self.tool_calls = LoopCounter(
             "mcp_tool_calls",
-            "MCP tools/call requests by tool and outcome (ok, error, elicitation: a payment link was given).",
+            "MCP tools/call requests by tool and outcome (ok, error, elicitation: a payment link was "
+            "given, cancelled: the client cancelled the call or went away).",
             ["tool", "outcome"],
         )
         self.tool_call_seconds = LoopHistogram(
@@ -149,6 +150,13 @@ class ServiceMetrics:
 
     def elicitation_expired(self, era: str | None) -> None:
         self.elicitations_expired.labels(era=era_label(era)).inc()
+
+    def elicitations_settled(self, completed_eras: Iterable[str], expired_eras: Iterable[str]) -> None:
+        """What a committed Stripe event or reconciliation step did to elicitations."""
+        for era in completed_eras:
+            self.elicitation_completed(era)
+        for era in expired_eras:
+            self.elicitation_expired(era)
 
     def checkout_created(self, plan: str) -> None:
         self.checkouts_created.labels(plan=plan).inc()

@@ -6,7 +6,12 @@ learns who the user is, or which elicitation is involved, calls `bind(...)`.
 
 The context is a mutable object shared by reference: the MCP SDK runs tool handlers in a copy of
 the HTTP request's contextvars, so a `bind` inside a tool call still reaches the request's access
-log line. A tool call gets a child context (`enter_child()`) so it can tell what was bound during it.
+log line. A tool call gets a child context (`enter_child()`) so it can tell what was bound during it,
+and `note`s its outcome on the request's context, so a request is one line: the access line.
+
+A client that goes away before its response is complete, or cancels the tool call the request
+carried, is logged with status 499 (nginx's "client closed request"), whatever the app answered
+after: it is not a server error.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import re
 import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -28,6 +34,8 @@ _REQUEST_ID_HEADER_BYTES = REQUEST_ID_HEADER.encode()
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Probes and scrapes would drown the access log; they are logged at DEBUG.
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+CLIENT_CLOSED_REQUEST = 499
+CANCELLED = "cancelled"  # the outcome a cancelled tool call notes: its caller gave up on it
 
 access_logger = logging.getLogger("service.access")
 
@@ -38,6 +46,10 @@ class LogContext:
     user_id: str | None = None
     elicitation_id: str | None = None
     parent: LogContext | None = None
+    # Fields for the request's access line, noted by the work it carried (a tool call's outcome).
+    notes: dict[str, Any] = field(default_factory=dict)
+    http_request: bool = False  # made by the middleware below, which writes an access line for it
+    logged: bool = False  # the access line is written: notes made now would be lost
 
     def bind(self, *, user_id: str | None = None, elicitation_id: str | None = None) -> None:
         node: LogContext | None = self
@@ -47,6 +59,17 @@ class LogContext:
             if elicitation_id is not None:
                 node.elicitation_id = elicitation_id
             node = node.parent
+
+    def note(self, **fields: Any) -> bool:
+        """Put `fields` on the access line of the request this context belongs to; False when there
+        is none (work outside an HTTP request) or its line is already written."""
+        request = self
+        while request.parent is not None:
+            request = request.parent
+        if not request.http_request or request.logged:
+            return False
+        request.notes.update(fields)
+        return True
 
     def fields(self) -> dict[str, str]:
         values = {
@@ -62,6 +85,12 @@ _current: ContextVar[LogContext | None] = ContextVar("service_log_context", defa
 
 def current() -> LogContext | None:
     return _current.get()
+
+
+def note(**fields: Any) -> bool:
+    """`LogContext.note` on the current context; False outside an HTTP request."""
+    context = _current.get()
+    return context is not None and context.note(**fields)
 
 
 def bind(*, user_id: str | None = None, elicitation_id: str | None = None) -> None:
@@ -116,14 +145,25 @@ class RequestContextMiddleware:
             return
         incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
         request_id = accepted_request_id(incoming) or new_request_id()
-        context = LogContext(request_id=request_id)
+        context = LogContext(request_id=request_id, http_request=True)
         token = _current.set(context)
         started = time.perf_counter()
         status = 500
+        complete = False
+        client_gone = False
+
+        async def receive_noting_disconnect() -> Message:
+            nonlocal client_gone
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                client_gone = True
+            return message
 
         async def send_with_request_id(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
+            nonlocal status, complete
+            if message["type"] == "http.response.body":
+                complete = not client_gone and not message.get("more_body", False)
+            elif message["type"] == "http.response.start":
                 status = message["status"]
                 message["headers"] = _with_request_id(message.get("headers", ()), request_id)
                 # Routes such as /pay/{elicitation_id} name the elicitation in the path.
@@ -133,22 +173,29 @@ class RequestContextMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_request_id)
+            await self.app(scope, receive_noting_disconnect, send_with_request_id)
         finally:
+            if (client_gone and not complete) or context.notes.get("outcome") == CANCELLED:
+                status = CLIENT_CLOSED_REQUEST
+            context.logged = True
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
                 access_logger.log(
                     level,
-                    "%s %s %s",
+                    "%s %s %s%s",
                     scope.get("method", ""),
                     path,
                     status,
+                    f" tool {context.notes['tool']}: {context.notes['outcome']}"
+                    if "tool" in context.notes
+                    else "",
                     extra={
                         "http_method": scope.get("method", ""),
                         "http_path": path,
                         "http_status": status,
                         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                        **context.notes,
                     },
                 )
             _current.reset(token)

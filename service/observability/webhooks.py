@@ -23,21 +23,18 @@ def webhook_processed(
     legacy sessions held here have been sent `notifications/elicitation/complete`.
     """
     metrics.webhook(event.type, outcome.status)
+    metrics.elicitations_settled(outcome.completed_eras, outcome.expired_eras)
     completed = [item for change in outcome.changes for item in change.completed_elicitation_ids]
     for change in outcome.changes:
         request_context.bind(user_id=change.user_id)
     if completed:
         request_context.bind(elicitation_id=completed[0])
         metrics.completion_announced(time.perf_counter() - started)
-    logger.info(
-        "stripe webhook %s (%s): %s",
-        event.id,
-        event.type,
-        outcome.status,
-        extra={
-            "stripe_event_id": event.id,
-            "stripe_event_type": event.type,
-            "outcome": outcome.status,
-            "completed_elicitations": completed,
-        },
-    )
+    fields = {
+        "stripe_event_id": event.id,
+        "stripe_event_type": event.type,
+        "outcome": outcome.status,
+        "completed_elicitations": completed,
+    }
+    if not request_context.note(**fields):  # on the webhook request's access line when there is one
+        logger.info("stripe webhook %s (%s): %s", event.id, event.type, outcome.status, extra=fields)

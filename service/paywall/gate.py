@@ -30,6 +30,7 @@ from service.billing.plans import Plan
 from service.db.engine import SessionFactory
 from service.mcp_server.caller import Caller, current_caller
 from service.observability import request_context
+from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import PaymentWaiters, wait_for
 from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
 from service.paywall.entitlements import Entitlements
@@ -65,6 +66,7 @@ class Paywall:
         waiters: PaymentWaiters,
         notifier: SessionNotifier,
         tools: PaidToolIndex,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self._settings = settings
         self._sessions = sessions
@@ -72,6 +74,7 @@ class Paywall:
         self._waiters = waiters
         self._notifier = notifier
         self._tools = tools
+        self._metrics = metrics
 
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
         """Whether these plans unlock the tool `elicitation` was opened for."""
@@ -186,7 +189,7 @@ class Paywall:
             max_new_per_hour=self._settings.max_elicitations_per_hour,
         )
         async with self._sessions() as session, session.begin():
-            elicitation, _ = await open_or_reuse(session, request)
+            elicitation, _ = await open_or_reuse(session, request, self._metrics)
         request_context.bind(user_id=caller.user_id, elicitation_id=elicitation.id)
         return elicitation
 

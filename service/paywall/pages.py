@@ -317,6 +317,7 @@ async def start_checkout(
             elicitation_id=elicitation.id,
             checkout=checkout.id,
         )
+    runtime.metrics.checkout_created(found.plan.id)
     return RedirectResponse(url, status_code=303)
 
 
@@ -368,6 +369,7 @@ async def restart_expired(
             old,
             ttl=timedelta(seconds=runtime.settings.elicitation_ttl_seconds),
             max_new_per_hour=runtime.settings.max_elicitations_per_hour,
+            metrics=runtime.metrics,
         )
     except RateLimited as exc:
         response = runtime.pages.message("Too many attempts", str(exc).capitalize() + ".", status_code=429)

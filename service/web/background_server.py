@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Literal
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -34,32 +34,37 @@ def port_of(sock: socket.socket) -> int:
 
 
 @asynccontextmanager
-async def serve_in_background(app: ASGIApp, sock: socket.socket) -> AsyncIterator[str]:
+async def serve_in_background(
+    app: ASGIApp, sock: socket.socket, *, lifespan: Literal["on", "off"] = "on"
+) -> AsyncIterator[str]:
     """Serve `app` on `sock` until the block exits; yields the base URL once startup completed.
 
-    uvicorn's loggers are left as the process configured them: a `log_config`, `log_level` or
-    `access_log` here would be applied to them process-wide, changing the host server's records.
+    The host process owns signals and logging, so this runs uvicorn's public steps (`startup`,
+    `main_loop`, `shutdown`) rather than `Server.serve`, which installs SIGINT and SIGTERM handlers
+    of its own, and its `Config` is given no logging configuration to apply. uvicorn's access log is
+    off, as `serve` has it: the request-context middleware writes the access line.
     """
-    # proxy_headers off: the app reads X-Forwarded-For itself, from TRUSTED_PROXIES only.
     config = uvicorn.Config(
-        app, lifespan="on", log_config=None, timeout_graceful_shutdown=5, proxy_headers=False
+        app,
+        lifespan=lifespan,
+        log_config=None,
+        log_level=None,
+        access_log=False,
+        proxy_headers=False,  # the app reads X-Forwarded-For itself, from TRUSTED_PROXIES only
+        timeout_graceful_shutdown=5,
     )
+    config.load()
     server = uvicorn.Server(config)
-    # The host process owns signals; a nested server must not install its own handlers.
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + STARTUP_TIMEOUT_SECONDS
-    while not server.started:
-        if task.done():
-            task.result()
-            raise RuntimeError("server exited during startup")
-        if loop.time() > deadline:
-            server.should_exit = True
-            raise TimeoutError("server did not start")
-        await asyncio.sleep(0.01)  # polling uvicorn's started flag, bounded by the deadline
+    server.lifespan = config.lifespan_class(config)
+    try:
+        async with asyncio.timeout(STARTUP_TIMEOUT_SECONDS):
+            await server.startup(sockets=[sock])
+    except SystemExit as exc:  # uvicorn's answer to a failed lifespan startup
+        raise RuntimeError("server exited during startup") from exc
+    ticking = asyncio.create_task(server.main_loop())  # the Date header, once a second
     try:
         yield f"http://127.0.0.1:{port_of(sock)}"
     finally:
         server.should_exit = True
-        await task
+        await ticking
+        await server.shutdown(sockets=[sock])

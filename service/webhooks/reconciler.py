@@ -27,6 +27,7 @@ from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeData, StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
 from service.db.engine import SessionFactory
+from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.periodic import Pace
@@ -65,6 +66,7 @@ class Reconciler:
         lookback: timedelta = timedelta(days=3),
         steps_per_second: float = 0,
         lease_ttl: timedelta = LEASE_TTL,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
@@ -74,6 +76,7 @@ class Reconciler:
         self._pace = Pace(steps_per_second)
         self._lease = HeldLease(sessions, LEASE_NAME, lease_holder(), lease_ttl)
         self._on_progress: Callable[[ReconcileReport], None] | None = None
+        self._metrics = metrics
 
     async def run(self, on_progress: Callable[[ReconcileReport], None] | None = None) -> ReconcileReport:
         """`on_progress` sees the report so far before each step (the CLI shows it)."""
@@ -210,6 +213,8 @@ class Reconciler:
             report.ignored += 1
             logger.debug("reconciliation skipped an object: %s", exc)
             return
+        if self._metrics is not None:
+            self._metrics.elicitations_settled(outcome.completed_eras, outcome.expired_eras)
         if outcome.status_changed:
             report.repaired += 1
         for change in outcome.changes:

@@ -8,6 +8,7 @@ from datetime import timedelta
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
+from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
@@ -29,6 +30,7 @@ def build_stripe_sync(
     sessions: SessionFactory,
     gateway: StripeGateway,
     bus: CompletionBus,
+    metrics: ServiceMetrics | None = None,
 ) -> StripeSync:
     applier = StripeStateApplier(catalog, tools.satisfied_by)
     return StripeSync(
@@ -40,5 +42,6 @@ def build_stripe_sync(
             bus,
             lookback=timedelta(days=settings.reconcile_lookback_days),
             steps_per_second=settings.reconcile_steps_per_second,
+            metrics=metrics,
         ),
     )

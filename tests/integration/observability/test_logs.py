@@ -24,25 +24,21 @@ async def test_paid_tool_path_logs_carry_request_user_and_elicitation(database_u
         assert {"time", "level", "logger", "message"} <= set(line)
         assert line["time"].endswith("+00:00")
 
+    # The tool call is one line: the access line of the HTTP request that carried it.
+    assert not [line for line in lines if line["logger"] in ("service.tools", "service.webhooks")]
     [prompt] = [
-        line for line in lines if line["logger"] == "service.tools" and line.get("outcome") == "elicitation"
+        line for line in lines if line["logger"] == "service.access" and line.get("outcome") == "elicitation"
     ]
-    assert prompt["tool"] == "ascii_chart"
+    assert prompt["tool"] == "ascii_chart" and prompt["protocol_version"] == "2025-11-25"
+    assert prompt["tool_duration_ms"] <= prompt["duration_ms"]
+    assert prompt["message"].endswith("tool ascii_chart: elicitation")
+    assert prompt["http_method"] == "POST" and prompt["http_path"] == "/mcp"
     assert prompt["user_id"] == user
     assert prompt["elicitation_id"] == flow.elicitation_id
     assert prompt["request_id"]
-    # The HTTP request that carried the call logs the same ids on its access line.
-    [access] = [
-        line
-        for line in lines
-        if line["logger"] == "service.access" and line["request_id"] == prompt["request_id"]
-    ]
-    assert access["http_method"] == "POST" and access["http_path"] == "/mcp"
-    assert access["user_id"] == user and access["elicitation_id"] == flow.elicitation_id
 
-    [completing] = [
-        line for line in lines if line["logger"] == "service.webhooks" and line["completed_elicitations"]
-    ]
+    [completing] = [line for line in lines if line.get("completed_elicitations")]
+    assert completing["logger"] == "service.access" and completing["http_path"] == "/webhooks/stripe"
     # Whichever fresh read of the subscription lands first completes it (checkout or invoice event).
     assert completing["stripe_event_type"] in ("checkout.session.completed", "invoice.paid")
     assert completing["user_id"] == user and completing["elicitation_id"] == flow.elicitation_id

@@ -1,11 +1,19 @@
-"""Sockets we bind ourselves must give accepted connections TCP_NODELAY, as uvicorn's own do."""
+"""Serving in the background: sockets with TCP_NODELAY, and a server that leaves the process alone."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import signal
 import socket
 
-from service.web.background_server import bind_loopback
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from service.web.background_server import bind_loopback, serve_in_background
 
 
 async def test_connections_accepted_on_a_socket_we_bound_do_not_wait_for_acks() -> None:
@@ -23,3 +31,27 @@ async def test_connections_accepted_on_a_socket_we_bound_do_not_wait_for_acks() 
         nodelay = await asyncio.wait_for(accepted, 5)
         writer.close()
     assert nodelay == 1, "Nagle's algorithm is on: every two-part response waits for a delayed ACK"
+
+
+async def test_a_server_in_the_background_leaves_signals_and_logging_to_the_host_process() -> None:
+    """Ctrl+C and SIGTERM stay with whoever runs the process, and uvicorn's loggers as they were."""
+
+    async def hello(_: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    uvicorn_loggers = {
+        name: (logger.level, list(logger.handlers), logger.propagate)
+        for name in ("uvicorn", "uvicorn.error")
+        if (logger := logging.getLogger(name))
+    }
+    sock = bind_loopback()
+    async with serve_in_background(Starlette(routes=[Route("/", hello)]), sock) as base_url:
+        assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+        async with httpx.AsyncClient(base_url=base_url) as http:
+            response = await http.get("/")
+        assert response.text == "hello" and response.headers["date"]
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+    for name, before in uvicorn_loggers.items():
+        logger = logging.getLogger(name)
+        assert (logger.level, list(logger.handlers), logger.propagate) == before, name
