@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -44,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     set_password = users.add_parser("set-password", help="set an account's password (and enable it)")
     set_password.add_argument("name")
     set_password.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
-    users.add_parser("list", help="list local accounts")
+    list_users = users.add_parser("list", help="list local accounts")
+    list_users.add_argument("--json", action="store_true", help="one JSON array")
     disable_user = users.add_parser("disable", help="refuse sign-ins; revoke tokens and end browser sessions")
     disable_user.add_argument("name")
 
@@ -63,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     revoke_token.add_argument("token_id")
     list_tokens = tokens.add_parser("list", help="list a user's tokens (ids, never secrets)")
     list_tokens.add_argument("name")
+    list_tokens.add_argument("--json", action="store_true", help="one JSON array")
 
     stripe_commands = commands.add_parser("stripe", help="Stripe operations").add_subparsers(
         dest="action", required=True
@@ -226,9 +229,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     async def users_list(session: AsyncSession) -> int:
-        for user in await identity.list_users(session):
-            state = "disabled" if identity.password_is_disabled(user.password_hash) else "active"
-            print(f"{user.id}\t{user.username}\t{state}\tcreated={user.created_at.isoformat()}")
+        rows = [
+            {
+                "id": user.id,
+                "username": user.username,
+                "state": "disabled" if identity.password_is_disabled(user.password_hash) else "active",
+                "created": user.created_at.isoformat(),
+            }
+            for user in await identity.list_users(session)
+        ]
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        for row in rows:
+            print(f"{row['id']}\t{row['username']}\t{row['state']}\tcreated={row['created']}")
         return 0
 
     async def users_disable(session: AsyncSession) -> int:
@@ -259,10 +273,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     async def tokens_list(session: AsyncSession) -> int:
-        for token in await identity.list_tokens(session, args.name):
-            state = "revoked" if token.revoked_at else "active"
-            expires = token.expires_at.isoformat() if token.expires_at else "never"
-            print(f"{token.id}\t{token.kind}\t{state}\texpires={expires}\t{token.label or ''}")
+        rows = [
+            {
+                "id": token.id,
+                "kind": token.kind,
+                "state": "revoked" if token.revoked_at else "active",
+                "expires": token.expires_at.isoformat() if token.expires_at else None,
+                "label": token.label,
+            }
+            for token in await identity.list_tokens(session, args.name)
+        ]
+        if args.json:
+            print(json.dumps(rows))
+            return 0
+        for row in rows:
+            expires = row["expires"] or "never"
+            print(f"{row['id']}\t{row['kind']}\t{row['state']}\texpires={expires}\t{row['label'] or ''}")
         return 0
 
     handlers = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -167,6 +168,10 @@ async def test_cli_lists_disables_and_resets_users(service: RunningService) -> N
     assert disabled.returncode == 0, disabled.stderr
     assert "lee\tdisabled" in (await cli(service, "users", "list")).stdout
     assert "revoked" in (await cli(service, "tokens", "list", "lee")).stdout
+    users = json.loads((await cli(service, "users", "list", "--json")).stdout)
+    assert [(user["username"], user["state"]) for user in users] == [("lee", "disabled")]
+    tokens = json.loads((await cli(service, "tokens", "list", "lee", "--json")).stdout)
+    assert [token["state"] for token in tokens] == ["revoked"]
     async with service.http() as http:
         refused = await log_in_through_form(http, "/login?next=/account", "lee", DEFAULT_PASSWORD)
     assert refused.status_code == 401
