@@ -18,6 +18,7 @@ from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import use_single_layer_auth
 from service.mcp_server.endpoint import sdk_endpoint
 from service.mcp_server.free_tools import register_free_tools
+from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
 from service.mcp_server.sdk_trims import check_only_declared_headers, drop_otel_spans
 from service.settings import Settings
 
@@ -87,6 +88,7 @@ class McpHttp:
 
     app: Starlette  # every route the SDK serves: OAuth endpoints, metadata documents, `/mcp`
     endpoint: ASGIApp  # `/mcp` alone: the same authentication, without the app's shell
+    sessions: LegacySessions  # who holds which legacy session, capped per user
 
 
 def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
@@ -99,6 +101,11 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
             allowed_origins=settings.transport_allowed_origins,
         ),
         host=settings.host,
+        session_idle_timeout=settings.mcp_session_idle_seconds,
     )
     authenticated = use_single_layer_auth(app)
-    return McpHttp(app=app, endpoint=authenticated(sdk_endpoint(app, MCP_PATH)))
+    sessions = LegacySessions(
+        max_per_user=settings.max_legacy_sessions_per_user, idle_timeout=settings.mcp_session_idle_seconds
+    )
+    endpoint = authenticated(LegacySessionLimit(sdk_endpoint(app, MCP_PATH), sessions))
+    return McpHttp(app=app, endpoint=endpoint, sessions=sessions)
