@@ -194,12 +194,13 @@ class LegacySessionLimit:
         if not mine:
             await self.app(scope, receive, send)
             return
-        status: int | None = None
 
         async def watch(message: Message) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # Before the client hears it: the session is gone once its DELETE is answered.
+                if status == 404 or (scope["method"] == "DELETE" and status < 300):
+                    self._sessions.end(session_id)
             await send(message)
 
         self._sessions.request_started(session_id)
@@ -207,9 +208,6 @@ class LegacySessionLimit:
             await self.app(scope, receive, watch)
         finally:
             self._sessions.request_finished(session_id)
-            deleted = scope["method"] == "DELETE" and status is not None and status < 300
-            if deleted or status == 404:
-                self._sessions.end(session_id)
 
 
 def _too_many_sessions(cap: int) -> Response:
