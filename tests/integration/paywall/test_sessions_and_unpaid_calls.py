@@ -10,6 +10,7 @@ from typing import Any
 
 import mcp_types as t
 import pytest
+from sqlalchemy import event
 from sqlmodel import func, select
 
 from service.audit.models import AuditEvent
@@ -110,6 +111,29 @@ async def test_a_repeated_unpaid_call_writes_nothing(capped: RunningService) -> 
                 asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
                 assert isinstance(asked, t.InputRequiredResult)
     assert await row_counts(capped) == before
+
+
+async def test_a_repeated_unpaid_call_runs_no_sql(capped: RunningService) -> None:
+    token = await token_for(capped, "dan")
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    async with probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as legacy:
+        first = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
+        async with probed_client(capped.mcp_url, token, ClientProbe()) as modern:
+            asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+            assert isinstance(asked, t.InputRequiredResult)
+            event.listen(capped.runtime.engine.sync_engine, "before_cursor_execute", count)
+            try:
+                again = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
+                asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+            finally:
+                event.remove(capped.runtime.engine.sync_engine, "before_cursor_execute", count)
+    assert again.elicitation_id == first.elicitation_id
+    assert isinstance(asked, t.InputRequiredResult)
+    assert statements == [], "the open link is remembered, the entitlement answer cached"
 
 
 async def test_delivery_rows_per_elicitation_are_bounded(capped: RunningService) -> None:
