@@ -174,20 +174,26 @@ class LegacySessionLimit:
             logger.info("refused a legacy session: the caller has %d open", self._sessions.max_per_user)
             await _too_many_sessions(self._sessions.max_per_user)(scope, receive, send)
             return
-        opened: str | None = None
+        settled = False
 
         async def watch(message: Message) -> None:
-            nonlocal opened
-            if message["type"] == "http.response.start" and message["status"] < 400:
-                for name, value in message.get("headers", ()):
-                    if name.lower() == _SESSION_HEADER:
-                        opened = value.decode("latin-1")
+            nonlocal settled
+            if message["type"] == "http.response.start" and not settled:
+                opened = None
+                if message["status"] < 400:
+                    for name, value in message.get("headers", ()):
+                        if name.lower() == _SESSION_HEADER:
+                            opened = value.decode("latin-1")
+                # Before the client hears the session id, so that its very next request counts.
+                settled = True
+                self._sessions.settle(owner, opened)
             await send(message)
 
         try:
             await self.app(scope, receive, watch)
         finally:
-            self._sessions.settle(owner, opened)
+            if not settled:
+                self._sessions.settle(owner, None)
 
     async def _within(self, owner: str, session_id: str, scope: Scope, receive: Receive, send: Send) -> None:
         mine = self._sessions.owner_of(session_id) == owner

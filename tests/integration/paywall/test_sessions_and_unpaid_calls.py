@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import mcp_types as t
@@ -14,7 +15,9 @@ from sqlalchemy import event
 from sqlmodel import func, select
 
 from service.audit.models import AuditEvent
-from service.paywall.models import Elicitation, ElicitationDelivery
+from service.db.metadata import utcnow
+from service.paywall.elicitations import prune_deliveries
+from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
 from tests.integration.paywall.test_legacy_flow import CHART_ARGS, call_expecting_32042
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.mcp_http import ACCEPT, INITIALIZE
@@ -147,6 +150,41 @@ async def test_delivery_rows_per_elicitation_are_bounded(capped: RunningService)
     [elicitation_id] = elicitation_ids
     deliveries = await capped.rows(ElicitationDelivery, elicitation_id=elicitation_id)
     assert len(deliveries) <= CAP
+
+
+async def test_pruning_keeps_only_rows_still_owed(capped: RunningService) -> None:
+    user = await capped.add_user("hal")
+    now = utcnow()
+    states = {
+        "el_open": (ElicitationStatus.OPEN, None),
+        "el_expired": (ElicitationStatus.EXPIRED, None),
+        "el_done_long_ago": (ElicitationStatus.COMPLETED, now - timedelta(hours=2)),
+        "el_done_now": (ElicitationStatus.COMPLETED, now),
+    }
+    async with capped.runtime.sessions() as session, session.begin():
+        for elicitation_id, (status, completed_at) in states.items():
+            session.add(
+                Elicitation(
+                    id=elicitation_id,
+                    user_id=user.id,
+                    plan_id=elicitation_id,
+                    tool_name="ascii_chart",
+                    protocol_era="2025-11-25",
+                    status=status.value,
+                    expires_at=now + timedelta(hours=1),
+                    completed_at=completed_at,
+                )
+            )
+        await session.flush()
+        for elicitation_id in states:
+            session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id="waiting"))
+        session.add(
+            ElicitationDelivery(elicitation_id="el_done_now", mcp_session_id="told", delivered_at=now)
+        )
+    async with capped.runtime.sessions() as session, session.begin():
+        await prune_deliveries(session)
+    left = {(row.elicitation_id, row.mcp_session_id) for row in await capped.rows(ElicitationDelivery)}
+    assert left == {("el_open", "waiting"), ("el_done_now", "waiting")}
 
 
 @pytest.mark.parametrize(("action", "phrase"), [("decline", "declined"), ("cancel", "cancelled")])
