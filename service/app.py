@@ -109,7 +109,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         bus = PostgresBus(engine, settings.database_url, on_reconnect=notifier.sweep)
     else:
         bus = InProcessBus()  # SQLite means one process: nobody else to tell
-    known_links = KnownLinks(ttl=settings.entitlement_cache_seconds)
+    known_links = KnownLinks(ttl=settings.payment_link_cache_seconds)
     for listener in (entitlements.on_change, waiters.on_change, notifier.on_change, known_links.on_change):
         bus.subscribe(listener)
     if isinstance(bus, PostgresBus):
