@@ -109,8 +109,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         bus = PostgresBus(engine, settings.database_url, on_reconnect=notifier.sweep)
     else:
         bus = InProcessBus()  # SQLite means one process: nobody else to tell
-    known_links = KnownLinks(ttl=settings.payment_link_cache_seconds)
-    for listener in (entitlements.on_change, waiters.on_change, notifier.on_change, known_links.on_change):
+    for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
         bus.subscribe(listener)
     if isinstance(bus, PostgresBus):
         await stack.enter_async_context(bus.running())
@@ -120,6 +119,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     toolset = load_tools(settings.tool_packages, catalog)
     upstream = await start_gateway(settings, stack, catalog)  # empty unless UPSTREAM_MCP_URL is set
     tool_index = PaidToolIndex(catalog, {**toolset.paid_tools, **upstream.paid_tools})
+    known_links = KnownLinks(ttl=settings.payment_link_cache_seconds)
+    bus.subscribe(known_links.on_change)
     paywall = Paywall(
         GateSettings(
             public_base_url=settings.public_base_url,
