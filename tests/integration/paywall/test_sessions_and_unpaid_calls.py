@@ -12,7 +12,7 @@ from typing import Any
 import mcp_types as t
 import pytest
 from sqlalchemy import event
-from sqlmodel import func, select
+from sqlmodel import col, func, select
 
 from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
@@ -60,12 +60,20 @@ async def token_for(service: RunningService, username: str) -> str:
     return (await service.personal_token(username)).secret
 
 
-async def row_counts(service: RunningService) -> dict[str, int]:
-    counts = {}
+async def row_counts(service: RunningService, user_id: str) -> dict[str, int]:
+    """The user's rows (the embedded Stripe sandbox's own webhooks add audit rows of no user)."""
+    mine = select(Elicitation.id).where(col(Elicitation.user_id) == user_id)
+    statements = {
+        "elicitation": select(func.count())
+        .select_from(Elicitation)
+        .where(col(Elicitation.user_id) == user_id),
+        "delivery": select(func.count())
+        .select_from(ElicitationDelivery)
+        .where(col(ElicitationDelivery.elicitation_id).in_(mine)),
+        "audit": select(func.count()).select_from(AuditEvent).where(col(AuditEvent.user_id) == user_id),
+    }
     async with service.runtime.sessions() as session:
-        for model in (Elicitation, ElicitationDelivery, AuditEvent):
-            counts[model.__name__] = int((await session.exec(select(func.count()).select_from(model))).one())
-    return counts
+        return {name: int((await session.exec(statement)).one()) for name, statement in statements.items()}
 
 
 async def test_a_user_beyond_the_cap_is_refused_others_are_not_and_delete_frees_a_place(
@@ -101,19 +109,21 @@ async def test_a_deleted_session_is_no_longer_held_for_its_notice(capped: Runnin
 
 
 async def test_a_repeated_unpaid_call_writes_nothing(capped: RunningService) -> None:
-    token = await token_for(capped, "dee")
+    user = await capped.add_user("dee")
+    token = (await capped.personal_token("dee")).secret
     async with probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as legacy:
         first = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
         async with probed_client(capped.mcp_url, token, ClientProbe()) as modern:
             asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
             assert isinstance(asked, t.InputRequiredResult)
-            before = await row_counts(capped)
+            before = await row_counts(capped, user.id)
+            assert before == {"elicitation": 1, "delivery": 1, "audit": 1}
             for _ in range(3):
                 again = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
                 assert again.elicitation_id == first.elicitation_id
                 asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
                 assert isinstance(asked, t.InputRequiredResult)
-    assert await row_counts(capped) == before
+    assert await row_counts(capped, user.id) == before
 
 
 async def test_a_repeated_unpaid_call_runs_no_sql(capped: RunningService) -> None:
