@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import shlex
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -23,7 +25,12 @@ from bench.report import Report, Row, fmt, machine, median, ratio_interval, rati
 from bench.servers import STATIC_TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
-SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle", "login-flood")
+SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle", "login-flood", "unpaid", "soak")
+# The service as deployed: JSON logs at INFO and /metrics on (`paid-prod`), for `unpaid` and `soak`.
+PRODUCTION_LOGGING = {"log_level": "INFO", "log_format": "json", "metrics_enabled": True}
+# `unpaid` opens 16 legacy sessions for its one unentitled user; the default cap is 10.
+PAID_PROD_SESSION_CAP = 64
+SOAK_SAMPLES = 20
 # 8 deliveries at a time, and a burst of 64 (two per subscription of the 32 seeded, so events
 # about one subscription overlap, as a checkout's half-dozen events do).
 WEBHOOK_CONCURRENCY = (8, 64)
@@ -52,6 +59,7 @@ class Options:
     postgres: bool
     notify_samples: int
     idle_sessions: int
+    soak_seconds: float
     output: Path
 
 
@@ -87,6 +95,8 @@ class Bench:
             "stripe_secret_key": seed.SANDBOX_KEY,
             "stripe_api_base": self.stripe_api_base,
             "stripe_sandbox_state_file": None,
+            # The bench's one entitled user stands for many clients (64 connections, 1,000 idle sessions).
+            "max_legacy_sessions_per_user": 100_000,
         }
 
     @property
@@ -105,6 +115,8 @@ class Bench:
             wanted.add("paid-pg-b")  # a second replica on paid-pg's database (cross-replica notify)
         if "login-flood" in options.scenarios:
             wanted |= {"paid-flood", "paid-flood-pg"} if options.postgres else {"paid-flood"}
+        if {"unpaid", "soak"} & set(options.scenarios):
+            wanted.add("paid-prod")
         self.sandbox = procs.start_server(
             "sandbox", procs.free_port(), {"BENCH_KIND": "sandbox"}, self.workdir
         )
@@ -160,8 +172,12 @@ class Bench:
                 )
             )
             print(f"  seeded {name} ({time.monotonic() - started:.1f} s)", flush=True)
-            extra = login_flood.PRODUCTION_LIKE if name.startswith("paid-flood") else {}
-            env["BENCH_SETTINGS"] = json.dumps({**self.paid_settings(database_url, port), **extra})
+            settings = self.paid_settings(database_url, port)
+            if name.startswith("paid-flood"):
+                settings |= login_flood.PRODUCTION_LIKE
+            if name == "paid-prod":
+                settings |= PRODUCTION_LOGGING | {"max_legacy_sessions_per_user": PAID_PROD_SESSION_CAP}
+            env["BENCH_SETTINGS"] = json.dumps(settings)
             pending.append((name, port, env))
             self.targets[name] = Target(
                 server=None,  # type: ignore[arg-type]
@@ -532,6 +548,158 @@ class Bench:
                 )
             )
 
+    def unpaid(self) -> None:
+        """The unentitled answer (unpaid call, open elicitation) of `paid-prod`, in turns with the
+        bare server's successful call from one generator: the ratio is per cycle, as in throughput."""
+        target = self.targets["paid-prod"]
+        assert target.seeded is not None
+        options = self.options
+        cases = [
+            ("legacy SSE", "legacy", "url_elicitation", "-32042"),
+            ("2026-07-28", "modern", "input_required", "InputRequiredResult"),
+        ]
+        for label, mode, expect, answer in cases:
+            for concurrency in (1, 16):
+                slice_bound = slice_seconds(options.slice, concurrency)
+                targets = [
+                    {
+                        "name": "bare",
+                        "port": self.targets["bare"].server.port,
+                        "token": None,
+                        "expect": "result",
+                    },
+                    {
+                        "name": "paid-prod",
+                        "port": target.server.port,
+                        "token": target.seeded.unentitled.token,
+                        "expect": expect,
+                    },
+                ]
+                for item in targets:
+                    item["server_pid"] = self.targets[str(item["name"])].server.pid
+                result = procs.run_generator(
+                    {
+                        "kind": "interleaved",
+                        "mode": mode,
+                        "concurrency": concurrency,
+                        "warmup": options.warmup,
+                        "slice": options.slice,
+                        "cycles": options.cycles,
+                        "bound": 2
+                        * (options.warmup + cycle_count(options.cycles, concurrency) * (slice_bound + 1.0)),
+                        "targets": targets,
+                    }
+                )
+                measured = result["targets"]
+                cycles = {name: [{"rps": rate} for rate in measured[name]["rates"]] for name in measured}
+                paid, bare = measured["paid-prod"], measured["bare"]
+                ratio = ratio_of(cycles["paid-prod"], cycles["bare"])
+                print(
+                    f"  unpaid {label:12} c={concurrency:<3} {median(paid['rates']) or 0:8.0f} answers/s "
+                    f"vs bare's calls {median(bare['rates']) or 0:8.0f}/s: {fmt(ratio, 2, 'x')}",
+                    flush=True,
+                )
+                notes = [
+                    f"{label}; vs bare = vs the bare server's successful call, in turns",
+                    f"bare {fmt(median(bare['rates']), 0)} calls/s, p50 {fmt(bare['p50_ms'], 2)} ms",
+                    f"90% interval: {ratio_interval(cycles['paid-prod'], cycles['bare'])}",
+                    "LOG_FORMAT=json LOG_LEVEL=INFO metrics on",
+                ]
+                for name, item in measured.items():
+                    if item["errors"]:
+                        notes.append(f"{name}: {item['errors']} errors, first: {item['first_error']}")
+                self.report.rows.append(
+                    Row(
+                        scenario=f"unpaid -> {answer} c={concurrency}",
+                        server="paid-prod",
+                        metric="answers/s",
+                        value=fmt(median(paid["rates"]), 0),
+                        p50=fmt(paid["p50_ms"], 2),
+                        p99=fmt(paid["p99_ms"], 2),
+                        ratio=fmt(ratio, 2, "x"),
+                        generator_cpu=fmt(result["generator_cpu"], 2),
+                        server_cpu=fmt(median(paid["server_cpu"]), 2),
+                        note="; ".join(notes),
+                    )
+                )
+
+    def soak(self) -> None:
+        """Two clients loop initialize -> unpaid call -> DELETE on `paid-prod`; its RSS and its
+        elicitation, delivery and audit row counts are read SOAK_SAMPLES times along the way."""
+        target = self.targets["paid-prod"]
+        assert target.seeded is not None
+        assert target.database_url is not None
+        seconds = self.options.soak_seconds
+        spec = {
+            "kind": "soak",
+            "port": target.server.port,
+            "token": target.seeded.unentitled.token,
+            "clients": 2,
+            "duration": seconds,
+        }
+        generator = procs.spawn(
+            [sys.executable, "-m", "bench.loadgen", json.dumps(spec)], stdout=subprocess.PIPE, text=True
+        )
+        samples: list[tuple[float, int, dict[str, int]]] = []
+        started = time.monotonic()
+        try:
+            for index in range(SOAK_SAMPLES + 1):
+                time.sleep(max(0.0, started + index * seconds / SOAK_SAMPLES - time.monotonic()))
+                samples.append(
+                    (time.monotonic() - started, target.server.rss_kib(), soak_rows(target.database_url))
+                )
+            out, _ = generator.communicate(timeout=120)
+        finally:
+            procs.forget(generator)
+        done = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        print(f"  soak: {done}", flush=True)
+        for at, rss, rows in samples:
+            print(f"    {at:6.0f} s RSS {rss / 1024:6.1f} MiB rows {rows}", flush=True)
+        first, last = samples[0], samples[-1]
+        # From the first minute on: the start-up heap and the first caches are not what a soak measures.
+        settled = next((sample for sample in samples if sample[0] >= min(60.0, seconds / 4)), first)
+        growth = (last[1] - settled[1]) / 1024 / max(1e-9, (last[0] - settled[0]) / 3600)
+        trail = ", ".join(
+            f"{at / 60:.1f} min {rss / 1024:.1f}" for at, rss, _ in samples[:: max(1, SOAK_SAMPLES // 10)]
+        )
+        self.report.rows.append(
+            Row(
+                scenario=f"soak: initialize -> unpaid call -> DELETE, 2 clients, {seconds:g} s",
+                server="paid-prod",
+                metric="RSS MiB/hour after the first minute",
+                value=fmt(growth, 1),
+                note=f"{done.get('rounds')} rounds, {done.get('errors')} errors"
+                + (f" (first: {done.get('first_error')})" if done.get("errors") else "")
+                + f"; RSS MiB: {trail}, end {last[1] / 1024:.1f}",
+            )
+        )
+        for table in SOAK_TABLES:
+            trail = ", ".join(
+                f"{at / 60:.1f} min {rows[table]}" for at, _, rows in samples[:: max(1, SOAK_SAMPLES // 10)]
+            )
+            self.report.rows.append(
+                Row(
+                    scenario=f"soak: {table} rows",
+                    server="paid-prod",
+                    metric="rows added",
+                    value=str(last[2][table] - first[2][table]),
+                    note=f"{trail}, end {last[2][table]}",
+                )
+            )
+
+
+SOAK_TABLES = ("elicitation", "elicitation_delivery", "audit_event")
+
+
+def soak_rows(database_url: str) -> dict[str, int]:
+    """Row counts of the soak's tables, read from the SQLite file without writing to it."""
+    path = database_url.removeprefix("sqlite:///")
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)) as db:
+        return {
+            table: int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # noqa: S608 - fixed names
+            for table in SOAK_TABLES
+        }
+
 
 async def notification_latency(
     port: int,
@@ -656,6 +824,7 @@ def parse_options(argv: list[str]) -> Options:
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL measurements")
     parser.add_argument("--notify-samples", type=int, default=100)
     parser.add_argument("--idle-sessions", type=int, default=1000)
+    parser.add_argument("--soak-seconds", type=float, default=600.0, help="soak: how long (default 600)")
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     scenarios = [name for name in args.scenarios.split(",") if name]
@@ -677,6 +846,7 @@ def parse_options(argv: list[str]) -> Options:
         postgres=not args.no_postgres and seed.postgres_available(),
         notify_samples=min(args.notify_samples, 1000),
         idle_sessions=min(args.idle_sessions, 5000),
+        soak_seconds=min(max(args.soak_seconds, 10.0), 3600.0),
         output=args.output,
     )
 

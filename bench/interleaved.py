@@ -58,6 +58,7 @@ class Target:
     port: int
     token: str | None
     server_pid: int
+    marker: bytes  # what a correct answer contains (per target: an unpaid call is compared to a paid one)
     connections: list[tuple[wire.Connection, bytes]] = field(default_factory=list)
     request_id: int = 1
     rates: list[float] = field(default_factory=list)
@@ -89,7 +90,7 @@ async def _connect(target: Target, mode: str, concurrency: int) -> None:
         )
 
 
-async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measured: bool) -> None:
+async def _slice(target: Target, mode: str, seconds: float, measured: bool) -> None:
     """All of `target`'s connections call until `seconds` pass; then the calls in flight finish.
 
     Counting starts once every connection has had its first answer (or half-way, if one has not):
@@ -118,7 +119,7 @@ async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measu
                 )
                 continue
             finished = time.perf_counter()
-            correct = response.status == 200 and marker in response.body
+            correct = response.status == 200 and target.marker in response.body
             if not correct and measured:
                 target.error(f"{response.status} {response.body[:300]!r}")
             if not answered:
@@ -143,20 +144,26 @@ async def _slice(target: Target, mode: str, marker: bytes, seconds: float, measu
 
 async def run_interleaved(spec: dict[str, Any]) -> dict[str, Any]:
     mode, concurrency = spec["mode"], int(spec["concurrency"])
-    marker = EXPECT_MARKERS[spec.get("expect", "result")]
+    expect = spec.get("expect", "result")
     targets = [
-        Target(item["name"], int(item["port"]), item.get("token"), int(item.get("server_pid", 0)))
+        Target(
+            item["name"],
+            int(item["port"]),
+            item.get("token"),
+            int(item.get("server_pid", 0)),
+            EXPECT_MARKERS[item.get("expect", expect)],
+        )
         for item in spec["targets"]
     ]
     for target in targets:
         await _connect(target, mode, concurrency)
     for target in targets:
-        await _slice(target, mode, marker, float(spec["warmup"]), measured=False)
+        await _slice(target, mode, float(spec["warmup"]), measured=False)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     seconds = slice_seconds(float(spec["slice"]), concurrency)
     for cycle in range(cycle_count(int(spec["cycles"]), concurrency)):
         for target in turn_order(targets, cycle):
-            await _slice(target, mode, marker, seconds, measured=True)
+            await _slice(target, mode, seconds, measured=True)
     generator_cpu = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     for target in targets:
         for conn, _ in target.connections:

@@ -13,6 +13,8 @@ Kinds:
 - `login-flood`: wrong-password `POST /login`s by `concurrency` workers, each from a fresh
   `X-Forwarded-For` address and username (a botnet spraying guesses: no throttle engages, every
   one costs a hash), until stdin closes; prints the answers' status counts (`bench/login_flood.py`).
+- `soak`: `clients` loops of legacy initialize -> unpaid tools/call (-32042) -> DELETE, each on
+  its own connection, for `duration` seconds; prints the rounds done.
 - `idle`: opens `sessions` legacy sessions with their GET streams, prints a ready line, then holds
   them until stdin closes or `hold_seconds` pass.
 """
@@ -316,6 +318,43 @@ async def hold_idle(spec: dict[str, Any]) -> None:
         control.close()
 
 
+async def soak(spec: dict[str, Any]) -> dict[str, Any]:
+    """Unpaid rounds, each in a session of its own that is deleted after its call."""
+    port, token = spec["port"], spec.get("token")
+    deadline = time.monotonic() + float(spec["duration"])
+    marker = EXPECT_MARKERS["url_elicitation"]
+    rounds, errors = 0, 0
+    first_error: str | None = None
+
+    async def client() -> None:
+        nonlocal rounds, errors, first_error
+        conn: wire.Connection | None = None
+        while time.monotonic() < deadline:
+            try:
+                if conn is None:
+                    conn = wire.Connection(port)
+                    await conn.open()
+                session_id = await wire.open_legacy_session(conn, token)
+                headers = wire.mcp_headers(token, session_id=session_id, version=wire.LEGACY_VERSION)
+                answer = await conn.request("POST", "/mcp", headers, wire.legacy_call_body(2))
+                ended = await conn.request("DELETE", "/mcp", headers)
+                if marker not in answer.body or ended.status != 200:
+                    raise wire.WireError(f"call {answer.status} {answer.body[:200]!r}, DELETE {ended.status}")
+                rounds += 1
+            except (OSError, TimeoutError, wire.WireError, asyncio.IncompleteReadError, ValueError) as exc:
+                errors += 1
+                first_error = first_error or repr(exc)[:300]
+                if conn is not None:
+                    conn.close()
+                conn = None
+                await asyncio.sleep(0.05)
+        if conn is not None:
+            conn.close()
+
+    await asyncio.gather(*(client() for _ in range(int(spec["clients"]))))
+    return {"rounds": rounds, "errors": errors, "first_error": first_error}
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     import uvloop  # uvicorn[standard] brings it; the servers run on it too
@@ -327,6 +366,8 @@ def main() -> None:
         from bench.login_flood import flood
 
         print(json.dumps(uvloop.run(flood(spec))))
+    if spec["kind"] == "soak":
+        print(json.dumps(uvloop.run(soak(spec))))
         return
     if spec["kind"] == "interleaved":
         from bench.interleaved import run_interleaved

@@ -48,6 +48,7 @@ from service.observability.wiring import install_observability
 from service.paywall.bus import InProcessBus, PaymentWaiters
 from service.paywall.entitlements import Entitlements
 from service.paywall.gate import GateSettings, Paywall
+from service.paywall.known_links import KnownLinks
 from service.paywall.notifier import SessionNotifier
 from service.paywall.pages import router as payment_router
 from service.paywall.pg_bus import PostgresBus
@@ -143,6 +144,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         toolset.paid_tools.keys() | upstream.paid_tools.keys(), toolset.free_tool_names | upstream.free_tools
     )
     tool_index = PaidToolIndex(catalog, {**toolset.paid_tools, **upstream.paid_tools})
+    known_links = KnownLinks(ttl=settings.payment_link_cache_seconds)
+    bus.subscribe(known_links.on_change)
     paywall = Paywall(
         GateSettings(
             public_base_url=settings.public_base_url,
@@ -151,12 +154,14 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             payment_wait_seconds=settings.payment_wait_seconds,
             retry_wait_seconds=settings.retry_wait_seconds,
             max_elicitations_per_hour=settings.max_elicitations_per_hour,
+            max_sessions_owed=settings.max_legacy_sessions_per_user,
         ),
         sessions,
         entitlements,
         waiters,
         notifier,
         tool_index,
+        known_links,
         metrics,
     )
     stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus, metrics)
@@ -239,6 +244,10 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     )
 
 
+# How often sessions the SDK closed for idleness are let go of (their places and held notices).
+SESSION_EXPIRY_SECONDS = 30.0
+
+
 class LateBoundApp:
     """A mount point whose ASGI app exists only while the lifespan runs.
 
@@ -269,6 +278,11 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
             app.state.runtime = await _start_runtime(settings, stack)
             mcp = app.state.runtime.mcp
             mcp_http = build_mcp_app(mcp, settings)
+            mcp_http.sessions.on_end(app.state.runtime.notifier.release)
+            app.state.runtime.metrics.count_legacy_sessions(mcp_http.sessions.total_open)
+            await stack.enter_async_context(
+                every(SESSION_EXPIRY_SECONDS, mcp_http.sessions.expire_idle, name="legacy-session-expiry")
+            )
             # Inside the MCP app's own error middleware, which would otherwise answer 500 first.
             mcp_http.app.add_middleware(DatabaseUnavailableMiddleware)
             await stack.enter_async_context(mcp.session_manager.run())

@@ -97,6 +97,13 @@ class Settings(BaseSettings):
     # the service (the service installs none).
     mcp_otel_spans: bool = False
     max_elicitations_per_hour: int = Field(default=20, ge=1)
+    # Open 2025-11-25 sessions per user (the SDK's own cap is for the whole process); also how many
+    # sessions one elicitation keeps owed its completion notice.
+    max_legacy_sessions_per_user: int = Field(default=10, ge=1, le=100_000)
+    # How long a caller's open payment link is remembered, so repeated unpaid calls skip the database.
+    payment_link_cache_seconds: float = Field(default=30.0, ge=0, le=3600)
+    # A legacy session with no request in flight for this long is closed (the SDK's idle timeout).
+    mcp_session_idle_seconds: float = Field(default=1800.0, ge=1, le=7 * 24 * 3600)
     max_checkouts_per_hour: int = Field(default=10, ge=1)
     # Presses of the pay button in an hour, counted before any Stripe call; beyond them, 429.
     max_pay_attempts_per_user_per_hour: int = Field(default=30, ge=1, le=10_000)

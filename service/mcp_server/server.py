@@ -22,6 +22,7 @@ from service.mcp_server.bearer import use_single_layer_auth
 from service.mcp_server.endpoint import sdk_endpoint
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
+from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
 from service.mcp_server.sdk_trims import check_only_declared_headers, drop_otel_spans
 from service.settings import Settings
 
@@ -97,6 +98,7 @@ class McpHttp:
 
     app: Starlette  # every route the SDK serves: OAuth endpoints, metadata documents, `/mcp`
     endpoint: ASGIApp  # `/mcp` alone: the same authentication, without the app's shell
+    sessions: LegacySessions  # who holds which legacy session, capped per user
 
 
 def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
@@ -109,9 +111,13 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
             allowed_origins=settings.transport_allowed_origins,
         ),
         host=settings.host,
+        session_idle_timeout=settings.mcp_session_idle_seconds,
     )
     authenticated = use_single_layer_auth(app)
+    sessions = LegacySessions(
+        max_per_user=settings.max_legacy_sessions_per_user, idle_timeout=settings.mcp_session_idle_seconds
+    )
     endpoint = sdk_endpoint(app, MCP_PATH)
     # Behind the SDK's authentication check: only a signed-in caller's body is parsed twice.
     endpoint.app = JsonRpcGuard(endpoint.app, max_depth=settings.max_json_depth)
-    return McpHttp(app=app, endpoint=authenticated(endpoint))
+    return McpHttp(app=app, endpoint=authenticated(LegacySessionLimit(endpoint, sessions)), sessions=sessions)

@@ -15,19 +15,6 @@ from service.settings import Settings
 logger = logging.getLogger("service.metrics")
 
 
-def open_legacy_sessions(mcp: MCPServer) -> int:
-    """Stateful sessions the SDK's session manager holds (it keeps them in a private dict).
-
-    Only 2025-era clients open such sessions; 2026-07-28 requests are sessionless. 0 before the
-    Streamable HTTP app exists.
-    """
-    try:
-        manager = mcp.session_manager
-    except RuntimeError:
-        return 0
-    return len(getattr(manager, "_server_instances", {}))
-
-
 async def install_observability(
     settings: Settings, mcp: MCPServer, metrics: ServiceMetrics, stack: AsyncExitStack
 ) -> None:
@@ -35,7 +22,6 @@ async def install_observability(
     tools = frozenset(tool.name for tool in await mcp.list_tools())
     metrics.declare_tools(tools)
     mcp.middleware.append(ToolCallObserver(metrics, tools.__contains__))
-    metrics.count_legacy_sessions(lambda: open_legacy_sessions(mcp))
     if settings.metrics_served and settings.metrics_port:
         port = await stack.enter_async_context(
             serve_metrics(metrics.registry, settings.host, settings.metrics_port)

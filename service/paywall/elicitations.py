@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import bindparam
+from sqlalchemy import bindparam, delete
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -16,6 +16,10 @@ from service.audit.service import AuditKind, record
 from service.db.metadata import utcnow
 from service.observability.metrics import ServiceMetrics
 from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
+
+DEFAULT_SESSIONS_OWED = 10
+# Completed elicitations' rows are kept this long for the sweep, then deleted.
+COMPLETED_DELIVERIES_KEPT = timedelta(hours=1)
 
 
 class RateLimited(Exception):
@@ -33,6 +37,8 @@ class ElicitationRequest:
     mcp_session_id: str | None
     ttl: timedelta
     max_new_per_hour: int
+    # Sessions kept owed this elicitation's notice; the oldest is forgotten past this.
+    max_sessions_owed: int = DEFAULT_SESSIONS_OWED
 
 
 def new_elicitation_id() -> str:
@@ -60,7 +66,7 @@ async def open_or_reuse(
     now = utcnow()
     existing = await _open_for(session, request.user_id, request.plan_id)
     if existing is not None and existing.expires_at > now:
-        await _remember_session(session, existing.id, request.mcp_session_id)
+        await _remember_session(session, existing.id, request.mcp_session_id, request.max_sessions_owed)
         return existing, False
     if existing is not None:
         existing.status = ElicitationStatus.EXPIRED.value
@@ -93,11 +99,11 @@ async def open_or_reuse(
         raced = await _open_for(session, request.user_id, request.plan_id)
         if raced is None:
             raise
-        await _remember_session(session, raced.id, request.mcp_session_id)
+        await _remember_session(session, raced.id, request.mcp_session_id, request.max_sessions_owed)
         if existing is not None and metrics is not None:
             metrics.elicitation_expired(existing.protocol_era)
         return raced, False
-    await _remember_session(session, elicitation.id, request.mcp_session_id)
+    await _remember_session(session, elicitation.id, request.mcp_session_id, request.max_sessions_owed)
     await record(
         session,
         AuditKind.ELICITATION_CREATED,
@@ -114,12 +120,55 @@ async def open_or_reuse(
     return elicitation, True
 
 
-async def _remember_session(session: AsyncSession, elicitation_id: str, mcp_session_id: str | None) -> None:
+async def _remember_session(
+    session: AsyncSession, elicitation_id: str, mcp_session_id: str | None, bound: int
+) -> None:
+    """Owe `mcp_session_id` this elicitation's notice, forgetting the sessions owed it longest
+    beyond `bound` (sessions end; their rows would otherwise pile up)."""
     if mcp_session_id is None:
         return
-    if await session.get(ElicitationDelivery, (elicitation_id, mcp_session_id)) is None:
-        session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session_id))
-        await session.flush()
+    if await session.get(ElicitationDelivery, (elicitation_id, mcp_session_id)) is not None:
+        return
+    owed = await session.exec(
+        select(ElicitationDelivery.mcp_session_id)
+        .where(
+            col(ElicitationDelivery.elicitation_id) == elicitation_id,
+            col(ElicitationDelivery.delivered_at).is_(None),
+        )
+        .order_by(col(ElicitationDelivery.created_at).desc(), col(ElicitationDelivery.mcp_session_id))
+    )
+    forgotten = list(owed.all())[max(0, bound - 1) :]
+    if forgotten:
+        await session.exec(
+            delete(ElicitationDelivery).where(
+                col(ElicitationDelivery.elicitation_id) == elicitation_id,
+                col(ElicitationDelivery.mcp_session_id).in_(forgotten),
+            )
+        )
+    session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session_id))
+    await session.flush()
+
+
+async def prune_deliveries(session: AsyncSession) -> None:
+    """Delete delivery rows nobody will read again: delivered ones, those of expired elicitations,
+    and those of elicitations completed longer than `COMPLETED_DELIVERIES_KEPT` ago."""
+    finished = select(Elicitation.id).where(
+        or_(
+            col(Elicitation.status) == ElicitationStatus.EXPIRED.value,
+            and_(
+                col(Elicitation.status) == ElicitationStatus.COMPLETED.value,
+                col(Elicitation.completed_at) < utcnow() - COMPLETED_DELIVERIES_KEPT,
+            ),
+        )
+    )
+    await session.exec(
+        delete(ElicitationDelivery).where(
+            or_(
+                col(ElicitationDelivery.delivered_at).is_not(None),
+                col(ElicitationDelivery.elicitation_id).in_(finished),
+            )
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -250,5 +299,5 @@ async def restart(
         select(ElicitationDelivery).where(col(ElicitationDelivery.elicitation_id) == old.id)
     )
     for delivery in owed.all():
-        await _remember_session(session, fresh.id, delivery.mcp_session_id)
+        await _remember_session(session, fresh.id, delivery.mcp_session_id, DEFAULT_SESSIONS_OWED)
     return fresh

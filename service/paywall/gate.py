@@ -21,7 +21,9 @@ from mcp_types import (
     CallToolResult,
     ElicitRequest,
     ElicitRequestURLParams,
+    ElicitResult,
     InputRequiredResult,
+    InputResponse,
     TextContent,
 )
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -34,6 +36,7 @@ from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import PaymentWaiters, wait_for
 from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
 from service.paywall.entitlements import Entitlements
+from service.paywall.known_links import KnownLinks
 from service.paywall.models import Elicitation
 from service.paywall.notifier import SessionNotifier
 from service.paywall.tool_index import PaidToolIndex
@@ -51,6 +54,7 @@ class GateSettings:
     payment_wait_seconds: float
     retry_wait_seconds: float
     max_elicitations_per_hour: int
+    max_sessions_owed: int
 
 
 def error_result(text: str) -> CallToolResult:
@@ -66,6 +70,7 @@ class Paywall:
         waiters: PaymentWaiters,
         notifier: SessionNotifier,
         tools: PaidToolIndex,
+        known_links: KnownLinks,
         metrics: ServiceMetrics | None = None,
     ) -> None:
         self._settings = settings
@@ -74,6 +79,7 @@ class Paywall:
         self._waiters = waiters
         self._notifier = notifier
         self._tools = tools
+        self._known_links = known_links
         self._metrics = metrics
 
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
@@ -105,12 +111,14 @@ class Paywall:
         plan_ids = [plan.id for plan in plans]
         # A retry carries the sealed state, which proves it is this user's retry of this very call.
         retry_wait = self._settings.retry_wait_seconds
-        if ctx.request_state is not None and await self._wait_for_payment(
-            ctx, caller.user_id, plan_ids, retry_wait
-        ):
-            return None
+        if ctx.request_state is not None:
+            refused = _refusal(tool, _answered((ctx.input_responses or {}).get(INPUT_REQUEST_KEY)))
+            if refused is not None:
+                return refused
+            if await self._wait_for_payment(ctx, caller.user_id, plan_ids, retry_wait):
+                return None
         try:
-            elicitation = await self._open(
+            elicitation_id = await self._open(
                 caller, tool, plans[0], ctx.protocol_version or "", mcp_session_id=None
             )
         except RateLimited as exc:
@@ -121,12 +129,12 @@ class Paywall:
                     params=ElicitRequestURLParams(
                         mode="url",
                         message=self._message(tool, plans[0]),
-                        url=self.payment_url(elicitation.id),
-                        elicitation_id=elicitation.id,
+                        url=self.payment_url(elicitation_id),
+                        elicitation_id=elicitation_id,
                     )
                 )
             },
-            request_state=elicitation.id,
+            request_state=elicitation_id,
         )
 
     # -- 2025-11-25 --------------------------------------------------------------------------
@@ -141,12 +149,12 @@ class Paywall:
         )
         session_id = (ctx.headers or {}).get("mcp-session-id") if supports_url else None
         try:
-            elicitation = await self._open(
+            elicitation_id = await self._open(
                 caller, tool, plan, ctx.protocol_version or "", mcp_session_id=session_id
             )
         except RateLimited as exc:
             return error_result(_rate_limited_text(exc))
-        url = self.payment_url(elicitation.id)
+        url = self.payment_url(elicitation_id)
         if not supports_url:
             return error_result(
                 f"{self._message(tool, plan)} Open {url} in your browser to subscribe, "
@@ -155,18 +163,15 @@ class Paywall:
         if session_id is not None:
             self._notifier.hold(session_id, ctx.session)
         params = ElicitRequestURLParams(
-            mode="url", message=self._message(tool, plan), url=url, elicitation_id=elicitation.id
+            mode="url", message=self._message(tool, plan), url=url, elicitation_id=elicitation_id
         )
         if (tool.elicitation or self._settings.elicitation_style) == "error":
             raise UrlElicitationRequiredError([params])
 
-        answer = await ctx.elicit_url(params.message, url, elicitation.id)
-        if answer.action == "decline":
-            return error_result(
-                f"You declined to subscribe; {tool.name} did not run. Call it again any time."
-            )
-        if answer.action == "cancel":
-            return error_result(f"Subscription cancelled; {tool.name} did not run.")
+        answer = await ctx.elicit_url(params.message, url, elicitation_id)
+        refused = _refusal(tool, answer.action)
+        if refused is not None:
+            return refused
         plan_ids = [candidate.id for candidate in plans]
         if await self._wait_for_payment(ctx, caller.user_id, plan_ids, self._settings.payment_wait_seconds):
             return None
@@ -178,7 +183,12 @@ class Paywall:
 
     async def _open(
         self, caller: Caller, tool: PaidTool, plan: Plan, era: str, *, mcp_session_id: str | None
-    ) -> Elicitation:
+    ) -> str:
+        """The id of the caller's open elicitation for `plan`, made if there is none."""
+        known = self._known_links.get(caller.user_id, plan.id, mcp_session_id)
+        if known is not None:
+            request_context.bind(user_id=caller.user_id, elicitation_id=known)
+            return known
         request = ElicitationRequest(
             user_id=caller.user_id,
             plan_id=plan.id,
@@ -187,11 +197,15 @@ class Paywall:
             mcp_session_id=mcp_session_id,
             ttl=self._settings.elicitation_ttl,
             max_new_per_hour=self._settings.max_elicitations_per_hour,
+            max_sessions_owed=self._settings.max_sessions_owed,
         )
         async with self._sessions() as session, session.begin():
             elicitation, _ = await open_or_reuse(session, request, self._metrics)
+        self._known_links.remember(
+            caller.user_id, plan.id, elicitation.id, elicitation.expires_at, mcp_session_id
+        )
         request_context.bind(user_id=caller.user_id, elicitation_id=elicitation.id)
-        return elicitation
+        return elicitation.id
 
     async def _wait_for_payment(self, ctx: Context, user_id: str, plan_ids: list[str], bound: float) -> bool:
         """Wait up to `bound` seconds for an entitlement, reporting progress; True once entitled."""
@@ -209,6 +223,20 @@ class Paywall:
 
     def _message(self, tool: PaidTool, plan: Plan) -> str:
         return f"{tool.name} needs the {plan.name} plan ({plan.price_label}). Subscribe securely with Stripe."
+
+
+def _answered(answer: InputResponse | None) -> str | None:
+    """The action a 2026-07-28 retry reports for the payment link, if it answers it."""
+    return answer.action if isinstance(answer, ElicitResult) else None
+
+
+def _refusal(tool: PaidTool, action: str | None) -> CallToolResult | None:
+    """The tool result for a declined or cancelled payment link; None for anything else."""
+    if action == "decline":
+        return error_result(f"You declined to subscribe; {tool.name} did not run. Call it again any time.")
+    if action == "cancel":
+        return error_result(f"Subscription cancelled; {tool.name} did not run. Call it again any time.")
+    return None
 
 
 def _rate_limited_text(exc: RateLimited) -> str:

@@ -8,9 +8,11 @@ whose client has gone simply never hears, and its retry works regardless.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -19,12 +21,15 @@ from service.audit.service import AuditKind, record
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.paywall.bus import EntitlementChanged
-from service.paywall.elicitations import owed_to_sessions, undelivered
+from service.paywall.elicitations import owed_to_sessions, prune_deliveries, undelivered
 from service.paywall.models import Elicitation, ElicitationDelivery
 
 logger = logging.getLogger(__name__)
 
 PRUNE_ABOVE = 1024
+# Held sessions per statement when the sweep asks what they are owed.
+SWEEP_BATCH = 500
+PRUNE_INTERVAL_SECONDS = 60.0
 # A notice goes into the session's stream buffer at once unless its client stopped reading; then
 # give up on that session rather than hold every other session's notice behind it.
 SEND_TIMEOUT_SECONDS = 5.0
@@ -39,6 +44,13 @@ class CompletionChannel(Protocol):
     async def send_elicit_complete(self, elicitation_id: str) -> None: ...
 
 
+@dataclass
+class _Held:
+    since: float
+    channel: CompletionChannel
+    sent: set[str] = field(default_factory=set)  # elicitations whose notice this session has had
+
+
 class SessionNotifier:
     """Holds a reference to each legacy session that is owed a notice, for at most `hold_for` seconds.
 
@@ -51,22 +63,31 @@ class SessionNotifier:
         self._sessions = sessions
         self._hold_for = hold_for
         self._send_timeout = send_timeout
-        self._held: dict[str, tuple[float, CompletionChannel]] = {}
-        self._sent: dict[tuple[str, str], float] = {}  # (elicitation, session) -> when
+        self._held: dict[str, _Held] = {}
         self._sending = asyncio.Lock()
+        self._pruned_at = time.monotonic()
 
     def hold(self, mcp_session_id: str, channel: CompletionChannel) -> None:
         now = time.monotonic()
-        self._held[mcp_session_id] = (now, channel)
+        held = self._held.get(mcp_session_id)
+        if held is not None:
+            held.since, held.channel = now, channel
+            return
+        self._held[mcp_session_id] = _Held(now, channel)
         if len(self._held) > PRUNE_ABOVE:
-            self._held = {key: held for key, held in self._held.items() if now - held[0] < self._hold_for}
+            self._held = {key: held for key, held in self._held.items() if now - held.since < self._hold_for}
 
     def release(self, mcp_session_id: str) -> None:
+        """Forget a session: it ended, or its client is gone."""
         self._held.pop(mcp_session_id, None)
 
     @property
     def held_session_ids(self) -> frozenset[str]:
         return frozenset(self._held)
+
+    def _was_sent(self, elicitation_id: str, session_id: str) -> bool:
+        held = self._held.get(session_id)
+        return held is not None and elicitation_id in held.sent
 
     async def on_change(self, change: EntitlementChanged) -> None:
         if change.completed_elicitation_ids:
@@ -86,7 +107,7 @@ class SessionNotifier:
             early = [
                 (elicitation_id, session_id)
                 for elicitation_id, session_id in known
-                if session_id in self._held and (elicitation_id, session_id) not in self._sent
+                if session_id in self._held and not self._was_sent(elicitation_id, session_id)
             ]
             for elicitation_id, session_id in early:
                 await self._send_one(elicitation_id, session_id)
@@ -96,12 +117,20 @@ class SessionNotifier:
             return len(early) + await self._send_owed(lambda session: undelivered(session, elicitation_ids))
 
     async def sweep(self) -> int:
-        """Send everything completed but still owed to sessions held here (missed wake-ups)."""
+        """Send everything completed but still owed to sessions held here (missed wake-ups), and
+        now and then delete delivery rows nobody needs any more."""
+        sent = 0
         held = list(self._held)
-        if not held:
-            return 0
-        async with self._sending:
-            return await self._send_owed(lambda session: owed_to_sessions(session, held))
+        for start in range(0, len(held), SWEEP_BATCH):
+            batch = held[start : start + SWEEP_BATCH]
+            async with self._sending:
+                sent += await self._send_owed(functools.partial(_owed_to, batch))
+        now = time.monotonic()
+        if now - self._pruned_at >= PRUNE_INTERVAL_SECONDS:
+            self._pruned_at = now
+            async with self._sessions() as session, session.begin():
+                await prune_deliveries(session)
+        return sent
 
     async def _send_one(self, elicitation_id: str, session_id: str) -> bool:
         held = self._held.get(session_id)
@@ -109,15 +138,12 @@ class SessionNotifier:
             return False
         try:
             async with asyncio.timeout(self._send_timeout):
-                await held[1].send_elicit_complete(elicitation_id)
+                await held.channel.send_elicit_complete(elicitation_id)
         except Exception:  # a client that is gone or stuck is not an error; its retry works
             logger.info("session %s… is gone or not reading; completion not delivered", session_id[:8])
             self.release(session_id)
             return False
-        now = time.monotonic()
-        self._sent[(elicitation_id, session_id)] = now
-        if len(self._sent) > PRUNE_ABOVE:
-            self._sent = {key: at for key, at in self._sent.items() if now - at < self._hold_for}
+        held.sent.add(elicitation_id)
         return True
 
     async def _send_owed(self, owed: Callable[[AsyncSession], Awaitable[list[ElicitationDelivery]]]) -> int:
@@ -127,7 +153,7 @@ class SessionNotifier:
         async with self._sessions() as session, session.begin():
             for delivery in await owed(session):
                 key = (delivery.elicitation_id, delivery.mcp_session_id)
-                if key not in self._sent:
+                if not self._was_sent(*key):
                     if not await self._send_one(*key):
                         continue
                     sent += 1
@@ -135,6 +161,10 @@ class SessionNotifier:
                 session.add(delivery)
                 await _audit_delivery(session, delivery.elicitation_id, delivery.mcp_session_id)
         return sent
+
+
+async def _owed_to(mcp_session_ids: list[str], session: AsyncSession) -> list[ElicitationDelivery]:
+    return await owed_to_sessions(session, mcp_session_ids)
 
 
 async def _audit_delivery(session: AsyncSession, elicitation_id: str, mcp_session_id: str) -> None:

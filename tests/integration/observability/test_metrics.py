@@ -107,7 +107,13 @@ async def test_free_tools_errors_and_unknown_tools(service: RunningService) -> N
     assert not [name for (name, labels) in samples if ("tool", "no_such_tool") in labels]
 
 
-async def test_expiry_is_counted_by_era(service: RunningService) -> None:
+async def test_expiry_is_counted_by_era(database_url: str) -> None:
+    # The link is expired behind the service's back: its memory of the link would hand it out again.
+    async with run_service(database_url, payment_link_cache_seconds=0) as service:
+        await expiry_is_counted_by_era(service)
+
+
+async def expiry_is_counted_by_era(service: RunningService) -> None:
     await service.add_user("cy")
     token = (await service.personal_token("cy")).secret
     async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:

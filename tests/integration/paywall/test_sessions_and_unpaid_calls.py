@@ -1,0 +1,243 @@
+"""What sessions and unpaid calls may cost: a per-user cap on legacy sessions, nothing held after a
+session ends, no writes for a repeated unpaid call, bounded delivery rows, and a refusal that ends
+the wait at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+import mcp_types as t
+import pytest
+from sqlalchemy import event
+from sqlmodel import col, func, select
+
+from service.audit.models import AuditEvent
+from service.db.metadata import utcnow
+from service.paywall.elicitations import prune_deliveries
+from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
+from tests.integration.paywall.test_legacy_flow import CHART_ARGS, call_expecting_32042
+from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_http import ACCEPT, INITIALIZE
+from tests.support.service import RunningService, run_service
+
+CAP = 2
+# A refused payment link must end the call; a call still waiting after this has hung on the wait.
+HANG = 60.0
+
+
+@pytest.fixture
+async def capped(database_url: str) -> AsyncIterator[RunningService]:
+    # A retry that waited for the payment would wait an hour: the refusal tests hang without the fix.
+    async with run_service(
+        database_url, max_legacy_sessions_per_user=CAP, retry_wait_seconds=3600
+    ) as running:
+        yield running
+
+
+async def initialize(service: RunningService, token: str) -> tuple[int, str | None, str]:
+    headers = {"Accept": ACCEPT, "Authorization": f"Bearer {token}"}
+    async with service.http() as http:
+        response = await http.post("/mcp", headers=headers, json=INITIALIZE)
+    return response.status_code, response.headers.get("mcp-session-id"), response.text
+
+
+async def delete_session(service: RunningService, token: str, session_id: str) -> int:
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Mcp-Session-Id": session_id,
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    async with service.http() as http:
+        response = await http.delete("/mcp", headers=headers)
+    return response.status_code
+
+
+async def token_for(service: RunningService, username: str) -> str:
+    await service.add_user(username)
+    return (await service.personal_token(username)).secret
+
+
+async def row_counts(service: RunningService, user_id: str) -> dict[str, int]:
+    """The user's rows (the embedded Stripe sandbox's own webhooks add audit rows of no user)."""
+    mine = select(Elicitation.id).where(col(Elicitation.user_id) == user_id)
+    statements = {
+        "elicitation": select(func.count())
+        .select_from(Elicitation)
+        .where(col(Elicitation.user_id) == user_id),
+        "delivery": select(func.count())
+        .select_from(ElicitationDelivery)
+        .where(col(ElicitationDelivery.elicitation_id).in_(mine)),
+        "audit": select(func.count()).select_from(AuditEvent).where(col(AuditEvent.user_id) == user_id),
+    }
+    async with service.runtime.sessions() as session:
+        return {name: int((await session.exec(statement)).one()) for name, statement in statements.items()}
+
+
+async def test_a_user_beyond_the_cap_is_refused_others_are_not_and_delete_frees_a_place(
+    capped: RunningService,
+) -> None:
+    ada, bob = await token_for(capped, "ada"), await token_for(capped, "bob")
+    opened = [await initialize(capped, ada) for _ in range(CAP)]
+    assert [status for status, _, _ in opened] == [200] * CAP
+    status, session_id, body = await initialize(capped, ada)
+    assert status == 429
+    assert session_id is None
+    assert f"at most {CAP}" in body and "Close sessions" in body
+
+    status, _, _ = await initialize(capped, bob)
+    assert status == 200, "another user is not affected"
+
+    first = opened[0][1]
+    assert first is not None
+    assert await delete_session(capped, ada, first) == 200
+    status, session_id, _ = await initialize(capped, ada)
+    assert status == 200 and session_id is not None, "a DELETE frees a place"
+
+
+async def test_a_deleted_session_is_no_longer_held_for_its_notice(capped: RunningService) -> None:
+    token = await token_for(capped, "cy")
+    async with probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as client:
+        await call_expecting_32042(client, "ascii_chart", CHART_ARGS)
+        assert len(capped.runtime.notifier.held_session_ids) == 1
+    # Leaving the client sent DELETE for its session.
+    assert capped.runtime.notifier.held_session_ids == frozenset()
+    status, _, _ = await initialize(capped, token)
+    assert status == 200
+
+
+async def test_a_repeated_unpaid_call_writes_nothing(capped: RunningService) -> None:
+    user = await capped.add_user("dee")
+    token = (await capped.personal_token("dee")).secret
+    async with probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as legacy:
+        first = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
+        async with probed_client(capped.mcp_url, token, ClientProbe()) as modern:
+            asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+            assert isinstance(asked, t.InputRequiredResult)
+            before = await row_counts(capped, user.id)
+            assert before == {"elicitation": 1, "delivery": 1, "audit": 1}
+            for _ in range(3):
+                again = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
+                assert again.elicitation_id == first.elicitation_id
+                asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+                assert isinstance(asked, t.InputRequiredResult)
+    assert await row_counts(capped, user.id) == before
+
+
+async def test_a_repeated_unpaid_call_runs_no_sql(capped: RunningService) -> None:
+    token = await token_for(capped, "dan")
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    async with probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as legacy:
+        first = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
+        async with probed_client(capped.mcp_url, token, ClientProbe()) as modern:
+            asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+            assert isinstance(asked, t.InputRequiredResult)
+            event.listen(capped.runtime.engine.sync_engine, "before_cursor_execute", count)
+            try:
+                again = await call_expecting_32042(legacy, "ascii_chart", CHART_ARGS)
+                asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+            finally:
+                event.remove(capped.runtime.engine.sync_engine, "before_cursor_execute", count)
+    assert again.elicitation_id == first.elicitation_id
+    assert isinstance(asked, t.InputRequiredResult)
+    assert statements == [], "the open link is remembered, the entitlement answer cached"
+
+
+async def test_delivery_rows_per_elicitation_are_bounded(capped: RunningService) -> None:
+    token = await token_for(capped, "eve")
+    elicitation_ids = set()
+    for _ in range(CAP + 3):
+        async with probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as client:
+            elicitation_ids.add(
+                (await call_expecting_32042(client, "ascii_chart", CHART_ARGS)).elicitation_id
+            )
+    [elicitation_id] = elicitation_ids
+    deliveries = await capped.rows(ElicitationDelivery, elicitation_id=elicitation_id)
+    assert len(deliveries) <= CAP
+
+
+async def test_pruning_keeps_only_rows_still_owed(capped: RunningService) -> None:
+    user = await capped.add_user("hal")
+    now = utcnow()
+    states = {
+        "el_open": (ElicitationStatus.OPEN, None),
+        "el_expired": (ElicitationStatus.EXPIRED, None),
+        "el_done_long_ago": (ElicitationStatus.COMPLETED, now - timedelta(hours=2)),
+        "el_done_now": (ElicitationStatus.COMPLETED, now),
+    }
+    async with capped.runtime.sessions() as session, session.begin():
+        for elicitation_id, (status, completed_at) in states.items():
+            session.add(
+                Elicitation(
+                    id=elicitation_id,
+                    user_id=user.id,
+                    plan_id=elicitation_id,
+                    tool_name="ascii_chart",
+                    protocol_era="2025-11-25",
+                    status=status.value,
+                    expires_at=now + timedelta(hours=1),
+                    completed_at=completed_at,
+                )
+            )
+        await session.flush()
+        for elicitation_id in states:
+            session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id="waiting"))
+        session.add(
+            ElicitationDelivery(elicitation_id="el_done_now", mcp_session_id="told", delivered_at=now)
+        )
+    async with capped.runtime.sessions() as session, session.begin():
+        await prune_deliveries(session)
+    left = {(row.elicitation_id, row.mcp_session_id) for row in await capped.rows(ElicitationDelivery)}
+    assert left == {("el_open", "waiting"), ("el_done_now", "waiting")}
+
+
+@pytest.mark.parametrize(("action", "phrase"), [("decline", "declined"), ("cancel", "cancelled")])
+async def test_a_refused_link_ends_the_2026_retry_at_once(
+    capped: RunningService, action: str, phrase: str
+) -> None:
+    token = await token_for(capped, "fay")
+    async with probed_client(capped.mcp_url, token, ClientProbe()) as client:
+        first = await client.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+        assert isinstance(first, t.InputRequiredResult)
+        async with asyncio.timeout(HANG):
+            answer = await client.session.call_tool(
+                "ascii_chart",
+                CHART_ARGS,
+                allow_input_required=True,
+                input_responses={"payment": t.ElicitResult(action=action)},  # type: ignore[arg-type]
+                request_state=first.request_state,
+            )
+    assert isinstance(answer, t.CallToolResult)
+    assert answer.is_error
+    text = answer.content[0].text  # type: ignore[union-attr]
+    assert phrase in text and "ascii_chart did not run" in text
+
+
+@pytest.fixture
+async def request_style(database_url: str) -> AsyncIterator[RunningService]:
+    async with run_service(database_url, elicitation_style="request", payment_wait_seconds=3600) as running:
+        yield running
+
+
+@pytest.mark.parametrize(("action", "phrase"), [("decline", "declined"), ("cancel", "cancelled")])
+async def test_a_refused_link_ends_the_legacy_call_at_once(
+    request_style: RunningService, action: str, phrase: str
+) -> None:
+    token = await token_for(request_style, "gus")
+
+    async def refuse(_: Any) -> t.ElicitResult:
+        return t.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    async with probed_client(
+        request_style.mcp_url, token, ClientProbe(answer=refuse), mode="legacy"
+    ) as client:
+        async with asyncio.timeout(HANG):
+            result = await client.call_tool("ascii_chart", CHART_ARGS)
+    assert result.is_error
+    assert phrase in result.content[0].text  # type: ignore[union-attr]
