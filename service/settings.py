@@ -349,14 +349,21 @@ class Settings(BaseSettings):
     @cached_property
     def transport_allowed_hosts(self) -> list[str]:
         netloc = urlsplit(self.public_base_url).netloc
-        hosts = [netloc, f"127.0.0.1:{self.port}", f"localhost:{self.port}"]
+        hosts = [netloc, *self._loopback_netlocs]
         return list(dict.fromkeys([*hosts, *self.mcp_allowed_hosts]))
 
     @cached_property
     def transport_allowed_origins(self) -> list[str]:
+        """The public origin; in development also this port's loopback origins (local browser tools)."""
         parts = urlsplit(self.public_base_url)
         origins = [f"{parts.scheme}://{parts.netloc}"]
+        if self.is_development:
+            origins += [f"http://{netloc}" for netloc in self._loopback_netlocs]
         return list(dict.fromkeys([*origins, *self.mcp_allowed_origins]))
+
+    @property
+    def _loopback_netlocs(self) -> list[str]:
+        return [f"127.0.0.1:{self.port}", f"localhost:{self.port}", f"[::1]:{self.port}"]
 
 
 def listen_problem(settings: Settings) -> str | None:
