@@ -41,15 +41,16 @@ async def serve_in_background(
 
     The host process owns signals and logging, so this runs uvicorn's public steps (`startup`,
     `main_loop`, `shutdown`) rather than `Server.serve`, which installs SIGINT and SIGTERM handlers
-    of its own, and its `Config` is given no logging configuration to apply. uvicorn's access log is
-    off, as `serve` has it: the request-context middleware writes the access line.
+    of its own, and its `Config` is given no logging configuration to apply (`log_config`,
+    `log_level` and `access_log=False` would each change uvicorn's loggers process-wide; `serve`
+    turns uvicorn's access log off for the whole process, and the request-context middleware writes
+    the access line).
     """
     config = uvicorn.Config(
         app,
         lifespan=lifespan,
         log_config=None,
         log_level=None,
-        access_log=False,
         proxy_headers=False,  # the app reads X-Forwarded-For itself, from TRUSTED_PROXIES only
         timeout_graceful_shutdown=5,
     )
