@@ -11,7 +11,8 @@ and `note`s its outcome on the request's context, so a request is one line: the 
 
 A client that goes away before its response is complete, or cancels the tool call the request
 carried, is logged with status 499 (nginx's "client closed request"), whatever the app answered
-after: it is not a server error.
+after: it is not a server error. The same status, the method and the route template are counted
+(`RequestCounter`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,7 +38,30 @@ QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 CLIENT_CLOSED_REQUEST = 499
 CANCELLED = "cancelled"  # the outcome a cancelled tool call notes: its caller gave up on it
 
+OTHER_ROUTE = "other"  # no route matched: the 404s, whatever their path
+
 access_logger = logging.getLogger("service.access")
+
+
+class RequestCounter(Protocol):
+    def http_request(self, method: str, route: str, status: int) -> None: ...
+
+
+class LateBoundRequestCounter:
+    """A `RequestCounter` whose target (the runtime's metrics) exists only while the lifespan runs."""
+
+    def __init__(self) -> None:
+        self.target: RequestCounter | None = None
+
+    def http_request(self, method: str, route: str, status: int) -> None:
+        if self.target is not None:
+            self.target.http_request(method, route, status)
+
+
+def route_label(scope: Scope) -> str:
+    """The matched route's template (`/pay/{elicitation_id}`), never the raw path."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) and path else OTHER_ROUTE
 
 
 @dataclass
@@ -50,6 +74,8 @@ class LogContext:
     notes: dict[str, Any] = field(default_factory=dict)
     http_request: bool = False  # made by the middleware below, which writes an access line for it
     logged: bool = False  # the access line is written: notes made now would be lost
+    # Of a tool call's time, what the paywall took (entitlement checks, waiting for a payment).
+    paywall_seconds: float = 0.0
 
     def bind(self, *, user_id: str | None = None, elicitation_id: str | None = None) -> None:
         node: LogContext | None = self
@@ -93,6 +119,13 @@ def note(**fields: Any) -> bool:
     return context is not None and context.note(**fields)
 
 
+def spent_in_paywall(seconds: float) -> None:
+    """Add to the current tool call's paywall time, which its execution-time metric leaves out."""
+    context = _current.get()
+    if context is not None:
+        context.paywall_seconds += seconds
+
+
 def bind(*, user_id: str | None = None, elicitation_id: str | None = None) -> None:
     """Attach what is now known to the current request (and the tool call inside it, if any)."""
     context = _current.get()
@@ -133,11 +166,16 @@ class RequestContextMiddleware:
     """Assigns or propagates `X-Request-ID`, binds the log context, writes one access line per request.
 
     The access line carries the path without its query string: query strings hold OAuth codes
-    and Checkout session ids.
+    and Checkout session ids. `route` names the route of every request when this wraps one
+    endpoint (a fast path); otherwise the route is the one the app matched.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(
+        self, app: ASGIApp, requests: RequestCounter | None = None, route: str | None = None
+    ) -> None:
         self.app = app
+        self.requests = requests
+        self.route = route
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -178,6 +216,8 @@ class RequestContextMiddleware:
             if (client_gone and not complete) or context.notes.get("outcome") == CANCELLED:
                 status = CLIENT_CLOSED_REQUEST
             context.logged = True
+            if self.requests is not None:
+                self.requests.http_request(scope.get("method", ""), self.route or route_label(scope), status)
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
