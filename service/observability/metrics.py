@@ -6,7 +6,7 @@ started side by side (tests start many in one process) never share a counter.
 Label values are bounded: tool names are the registered tools (anything else is `unknown`), eras
 are protocol versions, webhook types are Stripe's (only signed events are labelled by type),
 plans come from the plan catalog, Stripe operations are the gateway's fixed set, HTTP routes are
-route templates or a fixed name, HTTP methods a fixed set. docs/operations.md lists every family.
+route templates (or `other`), HTTP methods a fixed set. docs/operations.md lists every family.
 """
 
 from __future__ import annotations
@@ -201,8 +201,8 @@ class ServiceMetrics:
         )
         self.http_requests = LoopCounter(
             "http_requests",
-            "HTTP requests by method, route (the matched route template, or mcp, webhook, static, "
-            "other) and status (499: the client went away first).",
+            "HTTP requests by method, route (the matched route template; `other` when none matched) "
+            "and status (499: the client went away first).",
             ["method", "route", "status"],
         )
         self.db_pool_checked_out = Gauge(
