@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from mcp.server import MCPServer
 from mcp.server.mcpserver.tools import Tool
+from opentelemetry.trace import Tracer
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -262,7 +263,8 @@ class LateBoundApp:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> ServiceApp:
+def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None) -> ServiceApp:
+    """`tracer`: each HTTP request becomes a span of it (service/observability/tracing.py)."""
     settings = settings or Settings()
     mcp_mount = LateBoundApp()
     http_requests = LateBoundRequestCounter()  # counts into the runtime's metrics while it exists
@@ -284,7 +286,7 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
             # Tool calls skip FastAPI and the SDK app's shell; they still get a request id and an
             # access line. Outside the lifespan `/mcp` goes the long way, to `mcp_mount`'s 503.
             app.fast_paths[MCP_PATH] = RequestContextMiddleware(
-                BodyLimit(mcp_http.endpoint, limit=settings.max_request_body_bytes), metrics, MCP_PATH
+                BodyLimit(mcp_http.endpoint, limit=settings.max_request_body_bytes), metrics, MCP_PATH, tracer
             )
             stack.callback(app.fast_paths.pop, MCP_PATH, None)
             app.fast_paths[WEBHOOK_PATH] = RequestContextMiddleware(
@@ -294,6 +296,7 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
                 ),
                 metrics,
                 WEBHOOK_PATH,
+                tracer,
             )
             stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
             yield
@@ -316,7 +319,7 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     app.add_middleware(TokenRequestThrottle)  # /token, served by service/identity/oauth_routes.py
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     # Outermost: every response carries X-Request-ID, and is counted.
-    app.add_middleware(RequestContextMiddleware, requests=http_requests)
+    app.add_middleware(RequestContextMiddleware, requests=http_requests, tracer=tracer)
     app.include_router(health_router)
     app.include_router(identity_router)
     app.include_router(oauth_router)

@@ -26,12 +26,15 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from opentelemetry import propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.observability.redaction import scrub
+from service.observability.tracing import describe_request
 
 REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID_HEADER_BYTES = REQUEST_ID_HEADER.encode()
+_TRACE_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})  # W3C trace context
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Probes and scrapes would drown the access log; they are logged at DEBUG.
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
@@ -167,20 +170,40 @@ class RequestContextMiddleware:
 
     The access line carries the path without its query string: query strings hold OAuth codes
     and Checkout session ids. `route` names the route of every request when this wraps one
-    endpoint (a fast path); otherwise the route is the one the app matched.
+    endpoint (a fast path); otherwise the route is the one the app matched. With a `tracer`, each
+    request is a server span (continuing the caller's `traceparent`), current while it runs.
     """
 
     def __init__(
-        self, app: ASGIApp, requests: RequestCounter | None = None, route: str | None = None
+        self,
+        app: ASGIApp,
+        requests: RequestCounter | None = None,
+        route: str | None = None,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.app = app
         self.requests = requests
         self.route = route
+        self.tracer = tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.tracer is None:
+            await self._serve(scope, receive, send)
+            return
+        carrier = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name in _TRACE_HEADERS
+        }
+        with self.tracer.start_as_current_span(
+            scope.get("method", ""), context=propagate.extract(carrier), kind=trace.SpanKind.SERVER
+        ):
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
         request_id = accepted_request_id(incoming) or new_request_id()
         context = LogContext(request_id=request_id, http_request=True)
@@ -216,8 +239,11 @@ class RequestContextMiddleware:
             if (client_gone and not complete) or context.notes.get("outcome") == CANCELLED:
                 status = CLIENT_CLOSED_REQUEST
             context.logged = True
+            method, route = scope.get("method", ""), self.route or route_label(scope)
             if self.requests is not None:
-                self.requests.http_request(scope.get("method", ""), self.route or route_label(scope), status)
+                self.requests.http_request(method, route, status)
+            if self.tracer is not None:
+                describe_request(trace.get_current_span(), method, route, status)
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
