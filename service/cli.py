@@ -110,7 +110,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
 
     from service import __version__
     from service.app import create_app
-    from service.observability.tracing import TRACER_NAME, tracer_provider
+    from service.observability.tracing import TRACER_NAME, flush_spans, tracer_provider
     from service.process_tuning import ProcessTuning
     from service.web.draining import Draining, DrainingServer
 
@@ -146,11 +146,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         access_log=False,
         timeout_graceful_shutdown=25,
     )
-    try:
-        DrainingServer(config, app).run()
-    finally:
-        if tracing is not None:
-            tracing.shutdown()  # exports the spans still queued
+    DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run()
     return 0
 
 

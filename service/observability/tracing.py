@@ -9,6 +9,7 @@ The serve entrypoint builds the provider; the app only receives a tracer.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opentelemetry.trace import Span, StatusCode
@@ -25,6 +26,8 @@ logger = logging.getLogger(__name__)
 TRACER_NAME = DISTRIBUTION
 
 TRACES_PATH = "/v1/traces"  # what OTLP/HTTP appends to the base endpoint for spans
+# Kept short: the flush at exit runs inside the pod's termination grace period.
+FLUSH_TIMEOUT_MILLIS = 2000
 
 
 def tracer_provider(settings: Settings) -> TracerProvider | None:
@@ -48,6 +51,16 @@ def tracer_provider(settings: Settings) -> TracerProvider | None:
     provider.add_span_processor(BatchSpanProcessor(exporter))
     logger.info("tracing to %s", endpoint)
     return provider
+
+
+def flush_spans(provider: TracerProvider) -> Callable[[], None]:
+    """What `serve` runs at exit: export the spans still queued, for a bounded time."""
+
+    def flush() -> None:
+        if not provider.force_flush(FLUSH_TIMEOUT_MILLIS):
+            logger.warning("spans still queued at exit were not exported within %d ms", FLUSH_TIMEOUT_MILLIS)
+
+    return flush
 
 
 def describe_request(span: Span, method: str, route: str, status: int) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
 import logging
+from pathlib import Path
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -19,6 +21,9 @@ from starlette.routing import Route
 from service.app import create_app
 from service.observability.tracing import TRACER_NAME, tracer_provider
 from tests.integration.observability.observed import captured_logs, json_lines
+from tests.integration.replicas.conftest import free_port
+from tests.support.databases import DatabaseTemplates
+from tests.support.replicas import Replica
 from tests.support.servers import bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings
 
@@ -107,3 +112,35 @@ async def test_requests_are_exported_as_spans_and_logged_with_their_trace_id(dat
     [call_line] = [line for line in lines if line.get("tool") == "whoami"]
     call_span = mcp_spans[call_line["span_id"]]
     assert call_line["trace_id"] == call_span.trace_id.hex()
+
+
+async def test_serve_traces_when_the_endpoint_is_set(db_templates: DatabaseTemplates, tmp_path: Path) -> None:
+    """`python -m service serve` with OTEL_EXPORTER_OTLP_ENDPOINT: spans reach the collector by exit."""
+    collector = Collector()
+    async with serve(collector.app, bound_socket(), lifespan="off") as collector_url:
+        port = free_port()
+        replica = Replica(
+            "traced",
+            port,
+            {
+                "DATABASE_URL": db_templates.fresh_url(tmp_path),
+                "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
+                "STRIPE_SANDBOX_PORT": "0",
+                "STRIPE_SANDBOX_STATE_FILE": str(tmp_path / "stripe.json"),
+                "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url,
+                "LOG_FORMAT": "json",
+                "LOG_LEVEL": "DEBUG",  # probes' access lines are DEBUG
+            },
+            stripe_client=None,  # type: ignore[arg-type]
+            log_path=tmp_path / "replica.log",
+        )
+        await replica.start()  # polls /readyz until it answers 200
+        await replica.terminate()  # uvicorn ends by re-raising the signal: -15
+    [ready, *_] = [
+        span
+        for span in collector.named("GET /readyz")
+        if attributes(span)["http.response.status_code"] == 200
+    ]
+    lines = [json.loads(line) for line in replica.log().splitlines() if line.startswith("{")]
+    traced = [line for line in lines if line.get("http_path") == "/readyz" and line.get("http_status") == 200]
+    assert {line["trace_id"] for line in traced} >= {ready.trace_id.hex()}
