@@ -2,7 +2,7 @@
 
 A JSON line is one object: `time` (UTC, ISO 8601), `level`, `logger`, `message`, then
 `request_id`, `user_id` and `elicitation_id` when known, `trace_id` and `span_id` while an
-OpenTelemetry span is recording (tracing on), then any `extra=` fields of the call and `exception`
+OpenTelemetry span is current (tracing on), then any `extra=` fields of the call and `exception`
 when there is one. Every line passes the redaction filter first.
 
 The event loop never writes a line itself: `install` puts a `QueueHandler` on the root logger,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from opentelemetry.trace import Span, StatusCode
 
@@ -49,7 +50,8 @@ def tracer_provider(settings: Settings) -> TracerProvider | None:
     provider = TracerProvider(resource=resource)
     exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + TRACES_PATH)
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    logger.info("tracing to %s", endpoint)
+    collector = urlsplit(endpoint)
+    logger.info("tracing to %s://%s", collector.scheme, collector.hostname)  # no credentials in the log
     return provider
 
 
