@@ -20,11 +20,12 @@ $(STAMP): pyproject.toml requirements-dev.lock
 
 # Resolves the lock files from pyproject.toml, keeping today's pins where they still fit
 # (`make lock LOCK_ARGS=--upgrade` moves everything to the newest allowed): the runtime set, which
-# the image and the wheel's smoke test install, and the same pins plus the dev tools.
+# the image and the wheel's smoke test install, and the same pins plus the dev tools and the
+# optional tracing extra (its tests need it).
 UV_COMPILE := $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --quiet
 lock: install
 	$(UV_COMPILE) $(LOCK_ARGS) -o requirements.lock
-	$(UV_COMPILE) --extra dev -c requirements.lock -o requirements-dev.lock
+	$(UV_COMPILE) --extra dev --extra otel -c requirements.lock -o requirements-dev.lock
 
 # Playwright drives Debian's chromium; it never downloads a browser of its own.
 browser:

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from mcp.server import MCPServer
 from mcp.server.mcpserver.tools import Tool
+from opentelemetry.trace import Tracer
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -21,7 +22,7 @@ from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
 from service.billing.redirects import RedirectPolicy
 from service.billing.stripe_gateway import StripeGateway
-from service.db.engine import create_engine, create_session_factory
+from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
 from service.gateway.wiring import start_gateway
 from service.health.endpoints import router as health_router
@@ -43,8 +44,8 @@ from service.mcp_server.output_cap import ToolOutputCap
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
 from service.observability.exposition import router as metrics_router
 from service.observability.metrics import ServiceMetrics
-from service.observability.request_context import RequestContextMiddleware
-from service.observability.wiring import install_observability
+from service.observability.request_context import LateBoundRequestCounter, RequestContextMiddleware
+from service.observability.wiring import install_observability, watch_resources
 from service.paywall.bus import InProcessBus, PaymentWaiters
 from service.paywall.entitlements import Entitlements
 from service.paywall.gate import GateSettings, Paywall
@@ -80,6 +81,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
+    metrics.declare_plans(plan.id for plan in catalog.all())
     secret_key = settings.secret_key.get_secret_value()
     cookies = CookiePolicy(secure=not settings.is_development)
 
@@ -95,6 +97,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         api_base,
         catalog,
         RedirectPolicy.for_environment(settings.is_development),
+        observer=metrics,
     )
     stack.push_async_callback(gateway.aclose)
     if sandbox is not None:
@@ -165,6 +168,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         metrics,
     )
     stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus, metrics)
+    watch_resources(metrics, engine, pool_limits(settings.database_url), bus, stripe_sync.processor)
     await stack.enter_async_context(
         every(
             settings.reconcile_interval_seconds,
@@ -268,14 +272,19 @@ class LateBoundApp:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None) -> ServiceApp:
+def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None) -> ServiceApp:
+    """`tracer`: each HTTP request becomes a span of it (service/observability/tracing.py)."""
     settings = settings or Settings()
     mcp_mount = LateBoundApp()
+    http_requests = LateBoundRequestCounter()  # counts into the runtime's metrics while it exists
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
             app.state.runtime = await _start_runtime(settings, stack)
+            metrics = app.state.runtime.metrics
+            http_requests.target = metrics
+            stack.callback(setattr, http_requests, "target", None)
             mcp = app.state.runtime.mcp
             mcp_http = build_mcp_app(mcp, settings)
             mcp_http.sessions.on_end(app.state.runtime.notifier.release)
@@ -291,14 +300,17 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
             # Tool calls skip FastAPI and the SDK app's shell; they still get a request id and an
             # access line. Outside the lifespan `/mcp` goes the long way, to `mcp_mount`'s 503.
             app.fast_paths[MCP_PATH] = RequestContextMiddleware(
-                BodyLimit(mcp_http.endpoint, limit=settings.max_request_body_bytes)
+                BodyLimit(mcp_http.endpoint, limit=settings.max_request_body_bytes), metrics, MCP_PATH, tracer
             )
             stack.callback(app.fast_paths.pop, MCP_PATH, None)
             app.fast_paths[WEBHOOK_PATH] = RequestContextMiddleware(
                 SecurityHeadersMiddleware(
                     BodyLimit(WebhookEndpoint(), limit=settings.max_webhook_body_bytes),
                     hsts=not settings.is_development,
-                )
+                ),
+                metrics,
+                WEBHOOK_PATH,
+                tracer,
             )
             stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
             yield
@@ -320,7 +332,8 @@ def create_app(settings: Settings | None = None) -> ServiceApp:
     app.add_middleware(BusySignInGate)
     app.add_middleware(TokenRequestThrottle)  # /token, served by service/identity/oauth_routes.py
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
-    app.add_middleware(RequestContextMiddleware)  # outermost: every response carries X-Request-ID
+    # Outermost: every response carries X-Request-ID, and is counted.
+    app.add_middleware(RequestContextMiddleware, requests=http_requests, tracer=tracer)
     app.include_router(health_router)
     app.include_router(identity_router)
     app.include_router(oauth_router)

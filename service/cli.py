@@ -109,8 +109,11 @@ def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[i
 
 def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     import uvicorn
+    from opentelemetry import trace
 
+    from service import __version__
     from service.app import create_app
+    from service.observability.tracing import TRACER_NAME, flush_spans, tracer_provider
     from service.process_tuning import ProcessTuning
     from service.web.draining import Draining, DrainingServer
 
@@ -127,7 +130,11 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.effective_log_format)
-    app = Draining(ProcessTuning(create_app(settings), settings))
+    tracing = tracer_provider(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+    if tracing is not None:
+        trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too
+    tracer = tracing.get_tracer(TRACER_NAME, __version__) if tracing is not None else None
+    app = Draining(ProcessTuning(create_app(settings, tracer=tracer), settings))
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -142,7 +149,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         access_log=False,
         timeout_graceful_shutdown=25,
     )
-    DrainingServer(config, app).run()
+    DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run()
     return 0
 
 

@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     # main app, any other port on a listener of its own (keep that port out of the Service/Ingress).
     metrics_enabled: bool | None = None  # None: development, or METRICS_PORT set
     metrics_port: int = Field(default=0, ge=0, le=65535)
+    # OpenTelemetry tracing (the `otel` extra): the collector's OTLP/HTTP base URL; unset, no tracing.
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://[^\s]+$"
+    )
 
     mcp_server_name: str = "paid-mcp-service"
     mcp_allowed_hosts: CsvList = []
@@ -93,8 +97,8 @@ class Settings(BaseSettings):
     entitlement_cache_seconds: float = Field(default=30.0, ge=0)
     token_cache_seconds: float = Field(default=30.0, ge=0)
     mcp_json_response: bool = False
-    # The SDK's OpenTelemetry span per MCP message; useful only with an exporter installed around
-    # the service (the service installs none).
+    # The SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
+    # (OTEL_EXPORTER_OTLP_ENDPOINT with the `otel` extra, or one around the service).
     mcp_otel_spans: bool = False
     max_elicitations_per_hour: int = Field(default=20, ge=1)
     # Open 2025-11-25 sessions per user (the SDK's own cap is for the whole process); also how many

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import QueuePool
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 SessionFactory = async_sessionmaker[AsyncSession]
@@ -60,6 +62,31 @@ def _sqlite_begin_immediate(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+@dataclass(frozen=True)
+class PoolLimits:
+    size: int
+    max_overflow: int
+
+    @property
+    def max_connections(self) -> int:
+        return self.size + self.max_overflow
+
+
+# One connection for SQLite: see `create_engine`.
+SQLITE_POOL = PoolLimits(size=1, max_overflow=0)
+POSTGRES_POOL = PoolLimits(size=10, max_overflow=20)
+
+
+def pool_limits(url: str) -> PoolLimits:
+    return SQLITE_POOL if make_url(url).get_backend_name() == "sqlite" else POSTGRES_POOL
+
+
+def checked_out_connections(engine: AsyncEngine) -> int:
+    """Connections of the engine's pool in use now (the pool's own count)."""
+    pool = engine.sync_engine.pool
+    return pool.checkedout() if isinstance(pool, QueuePool) else 0
+
+
 def create_engine(
     url: str,
     *,
@@ -74,11 +101,21 @@ def create_engine(
         # 16 concurrent paid calls by unentitled users (each writes an elicitation) saw a p99 of
         # over a second. Waiting for the pool's one connection is a FIFO queue in this process.
         # A local file needs no liveness ping.
-        engine = create_async_engine(async_database_url(url), echo=echo, pool_size=1, max_overflow=0)
+        engine = create_async_engine(
+            async_database_url(url),
+            echo=echo,
+            pool_size=SQLITE_POOL.size,
+            max_overflow=SQLITE_POOL.max_overflow,
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
-    engine = create_async_engine(async_database_url(url), echo=echo, pool_size=10, max_overflow=20)
+    engine = create_async_engine(
+        async_database_url(url),
+        echo=echo,
+        pool_size=POSTGRES_POOL.size,
+        max_overflow=POSTGRES_POOL.max_overflow,
+    )
     _ping_connections_idle_for(
         engine, IDLE_PING_AFTER_SECONDS if idle_ping_after is None else idle_ping_after
     )

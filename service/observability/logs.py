@@ -1,8 +1,9 @@
 """Log output for `serve`: JSON lines (production default) or text, both with the request context.
 
 A JSON line is one object: `time` (UTC, ISO 8601), `level`, `logger`, `message`, then
-`request_id`, `user_id` and `elicitation_id` when known, then any `extra=` fields of the call and
-`exception` when there is one. Every line passes the redaction filter first.
+`request_id`, `user_id` and `elicitation_id` when known, `trace_id` and `span_id` while an
+OpenTelemetry span is current (tracing on), then any `extra=` fields of the call and `exception`
+when there is one. Every line passes the redaction filter first.
 
 The event loop never writes a line itself: `install` puts a `QueueHandler` on the root logger,
 which stamps the request context on the record and queues it, and a `QueueListener` thread
@@ -20,12 +21,14 @@ import sys
 import time
 from typing import Any, Literal, TextIO
 
+from opentelemetry import trace
+
 from service.observability.redaction import scrub, scrub_value
 from service.observability.request_context import current
 
 LogFormat = Literal["json", "text"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
-CONTEXT_FIELDS = ("request_id", "user_id", "elicitation_id")
+CONTEXT_FIELDS = ("request_id", "user_id", "elicitation_id", "trace_id", "span_id")
 
 # What every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
@@ -39,6 +42,10 @@ class ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         context = current()
         known = context.fields() if context is not None else {}
+        span = trace.get_current_span().get_span_context()
+        if span.is_valid:
+            known["trace_id"] = trace.format_trace_id(span.trace_id)
+            known["span_id"] = trace.format_span_id(span.span_id)
         for name in CONTEXT_FIELDS:
             if getattr(record, name, None) is None:
                 setattr(record, name, known.get(name))

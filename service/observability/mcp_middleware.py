@@ -54,7 +54,7 @@ class ToolCallObserver:
         finally:
             try:
                 seconds = time.perf_counter() - started
-                self._metrics.tool_call(tool, outcome, seconds)
+                self._metrics.tool_call(tool, outcome, seconds, call.paywall_seconds)
                 fields = {
                     "tool": tool,
                     "outcome": outcome,

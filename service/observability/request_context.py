@@ -11,7 +11,8 @@ and `note`s its outcome on the request's context, so a request is one line: the 
 
 A client that goes away before its response is complete, or cancels the tool call the request
 carried, is logged with status 499 (nginx's "client closed request"), whatever the app answered
-after: it is not a server error.
+after: it is not a server error. The same status, the method and the route template are counted
+(`RequestCounter`).
 """
 
 from __future__ import annotations
@@ -23,21 +24,47 @@ import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from opentelemetry import propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.observability.redaction import scrub
+from service.observability.tracing import describe_request
 
 REQUEST_ID_HEADER = "x-request-id"
 _REQUEST_ID_HEADER_BYTES = REQUEST_ID_HEADER.encode()
+_TRACE_HEADERS = frozenset({b"traceparent", b"tracestate", b"baggage"})  # W3C trace context
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 # Probes and scrapes would drown the access log; they are logged at DEBUG.
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 CLIENT_CLOSED_REQUEST = 499
 CANCELLED = "cancelled"  # the outcome a cancelled tool call notes: its caller gave up on it
 
+OTHER_ROUTE = "other"  # no route matched: the 404s, whatever their path
+
 access_logger = logging.getLogger("service.access")
+
+
+class RequestCounter(Protocol):
+    def http_request(self, method: str, route: str, status: int) -> None: ...
+
+
+class LateBoundRequestCounter:
+    """A `RequestCounter` whose target (the runtime's metrics) exists only while the lifespan runs."""
+
+    def __init__(self) -> None:
+        self.target: RequestCounter | None = None
+
+    def http_request(self, method: str, route: str, status: int) -> None:
+        if self.target is not None:
+            self.target.http_request(method, route, status)
+
+
+def route_label(scope: Scope) -> str:
+    """The matched route's template (`/pay/{elicitation_id}`), never the raw path."""
+    path = getattr(scope.get("route"), "path", None)
+    return path if isinstance(path, str) and path else OTHER_ROUTE
 
 
 @dataclass
@@ -50,6 +77,8 @@ class LogContext:
     notes: dict[str, Any] = field(default_factory=dict)
     http_request: bool = False  # made by the middleware below, which writes an access line for it
     logged: bool = False  # the access line is written: notes made now would be lost
+    # Of a tool call's time, what the paywall took (entitlement checks, waiting for a payment).
+    paywall_seconds: float = 0.0
 
     def bind(self, *, user_id: str | None = None, elicitation_id: str | None = None) -> None:
         node: LogContext | None = self
@@ -93,6 +122,13 @@ def note(**fields: Any) -> bool:
     return context is not None and context.note(**fields)
 
 
+def spent_in_paywall(seconds: float) -> None:
+    """Add to the current tool call's paywall time, which its execution-time metric leaves out."""
+    context = _current.get()
+    if context is not None:
+        context.paywall_seconds += seconds
+
+
 def bind(*, user_id: str | None = None, elicitation_id: str | None = None) -> None:
     """Attach what is now known to the current request (and the tool call inside it, if any)."""
     context = _current.get()
@@ -133,16 +169,41 @@ class RequestContextMiddleware:
     """Assigns or propagates `X-Request-ID`, binds the log context, writes one access line per request.
 
     The access line carries the path without its query string: query strings hold OAuth codes
-    and Checkout session ids.
+    and Checkout session ids. `route` names the route of every request when this wraps one
+    endpoint (a fast path); otherwise the route is the one the app matched. With a `tracer`, each
+    request is a server span (continuing the caller's `traceparent`), current while it runs.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        requests: RequestCounter | None = None,
+        route: str | None = None,
+        tracer: trace.Tracer | None = None,
+    ) -> None:
         self.app = app
+        self.requests = requests
+        self.route = route
+        self.tracer = tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.tracer is None:
+            await self._serve(scope, receive, send)
+            return
+        carrier = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope["headers"]
+            if name in _TRACE_HEADERS
+        }
+        with self.tracer.start_as_current_span(
+            scope.get("method", ""), context=propagate.extract(carrier), kind=trace.SpanKind.SERVER
+        ):
+            await self._serve(scope, receive, send)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         incoming = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"x-request-id"), None)
         request_id = accepted_request_id(incoming) or new_request_id()
         context = LogContext(request_id=request_id, http_request=True)
@@ -178,6 +239,11 @@ class RequestContextMiddleware:
             if (client_gone and not complete) or context.notes.get("outcome") == CANCELLED:
                 status = CLIENT_CLOSED_REQUEST
             context.logged = True
+            method, route = scope.get("method", ""), self.route or route_label(scope)
+            if self.requests is not None:
+                self.requests.http_request(method, route, status)
+            if self.tracer is not None:
+                describe_request(trace.get_current_span(), method, route, status)
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check

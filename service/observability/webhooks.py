@@ -23,7 +23,7 @@ def webhook_processed(
     legacy sessions held here have been sent `notifications/elicitation/complete`.
     """
     metrics.webhook(event.type, outcome.status)
-    metrics.elicitations_settled(outcome.completed_eras, outcome.expired_eras)
+    metrics.elicitations_settled(outcome.completed_era_plans, outcome.expired_era_plans)
     completed = [item for change in outcome.changes for item in change.completed_elicitation_ids]
     for change in outcome.changes:
         request_context.bind(user_id=change.user_id)

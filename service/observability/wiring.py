@@ -6,13 +6,32 @@ import logging
 from contextlib import AsyncExitStack
 
 from mcp.server import MCPServer
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.db.engine import PoolLimits, checked_out_connections
 from service.observability.exposition import serve_metrics
 from service.observability.mcp_middleware import ToolCallObserver
 from service.observability.metrics import ServiceMetrics
+from service.paywall.bus import CompletionBus
+from service.paywall.pg_bus import PostgresBus
 from service.settings import Settings
+from service.webhooks.processor import WebhookProcessor
 
 logger = logging.getLogger("service.metrics")
+
+
+def watch_resources(
+    metrics: ServiceMetrics,
+    engine: AsyncEngine,
+    pool: PoolLimits,
+    bus: CompletionBus,
+    webhooks: WebhookProcessor,
+) -> None:
+    """Gauges read at scrape time: the database pool, the completion bus, the webhook commit queue."""
+    metrics.watch_db_pool(lambda: checked_out_connections(engine), pool.max_connections)
+    if isinstance(bus, PostgresBus):
+        metrics.watch_completion_bus(bus.listening.is_set)
+    metrics.count_webhook_queue(lambda: webhooks.queued_events)
 
 
 async def install_observability(

@@ -101,7 +101,7 @@ async def open_or_reuse(
             raise
         await _remember_session(session, raced.id, request.mcp_session_id, request.max_sessions_owed)
         if existing is not None and metrics is not None:
-            metrics.elicitation_expired(existing.protocol_era)
+            metrics.elicitation_expired(existing.protocol_era, existing.plan_id)
         return raced, False
     await _remember_session(session, elicitation.id, request.mcp_session_id, request.max_sessions_owed)
     await record(
@@ -115,8 +115,8 @@ async def open_or_reuse(
     )
     if metrics is not None:
         if existing is not None:
-            metrics.elicitation_expired(existing.protocol_era)
-        metrics.elicitation_created(elicitation.protocol_era)
+            metrics.elicitation_expired(existing.protocol_era, existing.plan_id)
+        metrics.elicitation_created(elicitation.protocol_era, elicitation.plan_id)
     return elicitation, True
 
 
@@ -281,7 +281,7 @@ async def restart(
         session.add(old)
         await session.flush()
         if metrics is not None:
-            metrics.elicitation_expired(old.protocol_era)
+            metrics.elicitation_expired(old.protocol_era, old.plan_id)
     fresh, _ = await open_or_reuse(
         session,
         ElicitationRequest(

@@ -11,6 +11,7 @@ How the elicitation reaches the user depends on the protocol era and what the cl
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -92,6 +93,14 @@ class Paywall:
     async def guard(
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
     ) -> CallToolResult | InputRequiredResult | None:
+        """None when the caller may run the tool; the time this takes is not the tool's own."""
+        started = time.perf_counter()
+        try:
+            return await self._guard(ctx, tool)
+        finally:
+            request_context.spent_in_paywall(time.perf_counter() - started)
+
+    async def _guard(self, ctx: Context, tool: PaidTool) -> CallToolResult | InputRequiredResult | None:
         caller = current_caller()
         plan_ids = self._tools.unlocking_plan_ids(tool)
         if not plan_ids:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from types import FrameType
 
 import anyio
@@ -83,11 +84,18 @@ class Draining:
 
 
 class DrainingServer(uvicorn.Server):
-    """uvicorn's server, which on a shutdown signal also starts `Draining.drain`."""
+    """uvicorn's server, which on a shutdown signal also starts `Draining.drain`.
 
-    def __init__(self, config: uvicorn.Config, draining: Draining) -> None:
+    `after_shutdown` runs once the app has shut down, before uvicorn re-raises the signal that
+    stopped it (which ends the process without running anything after `run`).
+    """
+
+    def __init__(
+        self, config: uvicorn.Config, draining: Draining, after_shutdown: Callable[[], object] | None = None
+    ) -> None:
         super().__init__(config)
         self._draining = draining
+        self._after_shutdown = after_shutdown
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain: asyncio.Task[None] | None = None
         AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
@@ -95,6 +103,11 @@ class DrainingServer(uvicorn.Server):
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        if self._after_shutdown is not None:
+            self._after_shutdown()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         super().handle_exit(sig, frame)

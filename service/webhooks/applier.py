@@ -63,9 +63,9 @@ class Outcome:
     detail: str | None = None
     changes: list[EntitlementChanged] = field(default_factory=list)
     status_changed: bool = False
-    # The protocol eras of the elicitations this outcome completed or expired, for the metrics.
-    completed_eras: tuple[str, ...] = ()
-    expired_eras: tuple[str, ...] = ()
+    # (protocol era, plan) of each elicitation this outcome completed or expired, for the metrics.
+    completed_era_plans: tuple[tuple[str, str], ...] = ()
+    expired_era_plans: tuple[tuple[str, str], ...] = ()
 
 
 def subscription_of_invoice(invoice: Any) -> str | None:
@@ -219,7 +219,7 @@ class StripeStateApplier:
                 )
             ],
             status_changed=change.old_status != change.new_status or bool(completed) or revocation_changed,
-            completed_eras=tuple(item.protocol_era for item in completed),
+            completed_era_plans=tuple((item.protocol_era, item.plan_id) for item in completed),
         )
 
     async def _complete_satisfied(
@@ -258,5 +258,5 @@ class StripeStateApplier:
         if elicitation.status == ElicitationStatus.OPEN.value:
             elicitation.status = ElicitationStatus.EXPIRED.value
             session.add(elicitation)
-            return Outcome(expired_eras=(elicitation.protocol_era,))
+            return Outcome(expired_era_plans=((elicitation.protocol_era, elicitation.plan_id),))
         return Outcome()

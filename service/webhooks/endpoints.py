@@ -15,6 +15,7 @@ from service.dependencies import get_runtime
 from service.observability.webhooks import webhook_processed
 from service.runtime import Runtime
 from service.web.database_unavailable import unavailable_answer
+from service.webhooks.events import StripeEventData
 from service.webhooks.verification import WebhookRejected, verify_event
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ async def stripe_webhook(request: Request) -> JSONResponse:
     `BodyLimit` in front has refused a body over MAX_WEBHOOK_BODY_BYTES before this reads it.
     """
     runtime = get_runtime(request)
+    received_at = time.time()
     started = time.perf_counter()
     payload = await request.body()
     try:
@@ -37,6 +39,14 @@ async def stripe_webhook(request: Request) -> JSONResponse:
         await _rejected(runtime, exc)
         # The same answer whatever failed: a forger learns nothing about which check stopped them.
         return JSONResponse({"error": "invalid_request"}, status_code=400)
+    runtime.metrics.webhook_received(event.created, received_at)
+    try:
+        return await _process(runtime, event, started)
+    finally:
+        runtime.metrics.webhook_handled(event.type, time.perf_counter() - started)
+
+
+async def _process(runtime: Runtime, event: StripeEventData, started: float) -> JSONResponse:
     try:
         outcome = await runtime.webhooks.process(event)
     except stripe.StripeError as exc:

@@ -80,20 +80,32 @@ class Reconciler:
 
     async def run(self, on_progress: Callable[[ReconcileReport], None] | None = None) -> ReconcileReport:
         """`on_progress` sees the report so far before each step (the CLI shows it)."""
-        if not await self._lease.acquire():
-            return ReconcileReport(ran=False)
         report = ReconcileReport()
-        self._on_progress = on_progress
         try:
-            await self._checkouts(report)
-            await self._subscriptions(report)
-        except LeaseLost:
-            report.lease_lost = True
-            logger.warning("stripe reconciliation stopped: its lease expired and another process holds it")
-        finally:
-            await self._lease.release()
+            if not await self._lease.acquire():
+                self._count("skipped_lease_held", report)
+                return ReconcileReport(ran=False)
+            self._on_progress = on_progress
+            try:
+                await self._checkouts(report)
+                await self._subscriptions(report)
+            except LeaseLost:
+                report.lease_lost = True
+                logger.warning(
+                    "stripe reconciliation stopped: its lease expired and another process holds it"
+                )
+            finally:
+                await self._lease.release()
+        except Exception:
+            self._count("error", report)
+            raise
+        self._count("lease_lost" if report.lease_lost else "ran", report)
         logger.info("stripe reconciliation: %s", report)
         return report
+
+    def _count(self, outcome: str, report: ReconcileReport) -> None:
+        if self._metrics is not None:
+            self._metrics.reconcile_ran(outcome, report.repaired)
 
     async def _next_step(self, report: ReconcileReport) -> None:
         """Before each object that costs Stripe reads and a transaction: keep to the pace and
@@ -214,7 +226,7 @@ class Reconciler:
             logger.debug("reconciliation skipped an object: %s", exc)
             return
         if self._metrics is not None:
-            self._metrics.elicitations_settled(outcome.completed_eras, outcome.expired_eras)
+            self._metrics.elicitations_settled(outcome.completed_era_plans, outcome.expired_era_plans)
         if outcome.status_changed:
             report.repaired += 1
         for change in outcome.changes:

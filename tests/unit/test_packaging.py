@@ -10,7 +10,7 @@ import ast
 import re
 import sys
 import tomllib
-from importlib.metadata import packages_distributions, version
+from importlib.metadata import files, packages_distributions, version
 from pathlib import Path
 
 import pytest
@@ -34,27 +34,48 @@ def requirements(group: str | None = None) -> list[Requirement]:
     return [Requirement(line) for line in listed]
 
 
+def _owners(module: str, providers: dict[str, list[str]]) -> list[str]:
+    """The distributions providing `module`. Several share a namespace package (`opentelemetry`):
+    then the ones holding the module's own files."""
+    candidates = providers.get(module.partition(".")[0], [module.partition(".")[0]])
+    if len(candidates) == 1:
+        return candidates
+    path = module.replace(".", "/")
+    return [
+        dist
+        for dist in candidates
+        if any(str(file).startswith((f"{path}/", f"{path}.py")) for file in files(dist) or [])
+    ]
+
+
 def imported_distributions() -> set[str]:
-    """Distributions whose modules `service/` imports at its top level (not the standard library)."""
-    modules: set[str] = set()
+    """Distributions whose modules `service/` imports (not the standard library)."""
+    imports: set[tuple[str, ...]] = set()  # each: the modules it may name, most specific first
     for path in (ROOT / "service").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                modules.update(alias.name.partition(".")[0] for alias in node.names)
+                imports.update((alias.name,) for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                modules.add(node.module.partition(".")[0])
-    modules -= set(sys.stdlib_module_names) | {"service"}
+                imports.update((f"{node.module}.{alias.name}", node.module) for alias in node.names)
     providers = packages_distributions()
-    return {canonicalize_name(dist) for module in modules for dist in providers.get(module, [module])}
+    found: set[str] = set()
+    for names in imports:
+        if names[-1].partition(".")[0] in set(sys.stdlib_module_names) | {"service"}:
+            continue
+        owners = next((owners for name in names if (owners := _owners(name, providers))), [names[-1]])
+        found.update(canonicalize_name(dist) for dist in owners)
+    return found
 
 
 def test_every_imported_package_is_a_declared_runtime_dependency() -> None:
+    """Or, for the tracing SDK imported only when tracing is on, a dependency of the `otel` extra."""
     declared = {canonicalize_name(requirement.name) for requirement in requirements()}
-    assert imported_distributions() - declared == set()
+    optional = {canonicalize_name(requirement.name) for requirement in requirements("otel")}
+    assert imported_distributions() - declared - optional == set()
 
 
 @pytest.mark.parametrize(
-    ("lock", "groups"), [("requirements.lock", [None]), ("requirements-dev.lock", [None, "dev"])]
+    ("lock", "groups"), [("requirements.lock", [None]), ("requirements-dev.lock", [None, "dev", "otel"])]
 )
 def test_the_lock_pins_every_declared_dependency_within_its_range(
     lock: str, groups: list[str | None]

@@ -76,9 +76,13 @@ async def test_reconciliation_grants_what_a_missed_webhook_would_have(
     assert (again.checkouts, again.checkouts_current) == (1, 1), "nor reads a reflected checkout again"
     assert again.subscriptions == 1, "the subscription itself is still re-read through its customer"
     completed = service.runtime.metrics.registry.get_sample_value(
-        "paywall_elicitations_completed_total", {"era": "2025-11-25"}
+        "paywall_elicitations_completed_total", {"era": "2025-11-25", "plan": "pro"}
     )
     assert completed == 1, "the completion is counted once, by the pass that made it"
+    registry = service.runtime.metrics.registry
+    assert registry.get_sample_value("stripe_reconcile_repairs_total") == report.repaired
+    assert registry.get_sample_value("stripe_reconcile_runs_total", {"outcome": "ran"}) == 2
+    assert (registry.get_sample_value("stripe_reconcile_last_success_timestamp_seconds") or 0) > 0
 
 
 async def test_reconciliation_skips_checkouts_for_elicitations_it_does_not_have(

@@ -45,7 +45,7 @@ async def test_fresh_service_exports_every_series_at_zero(service: RunningServic
         if family not in ("stripe_webhooks_total", "paywall_checkout_sessions_created_total"):
             assert family in names, family
     assert samples.value("mcp_tool_calls_total", tool="ascii_chart", outcome="elicitation") == 0
-    assert samples.value("paywall_elicitations_created_total", era=LEGACY) == 0
+    assert samples.value("paywall_elicitations_created_total", era=LEGACY, plan="pro") == 0
     assert samples.value("mcp_legacy_sessions_open") == 0
 
 
@@ -59,9 +59,9 @@ async def test_a_paid_legacy_flow_moves_every_metric(service: RunningService) ->
     assert samples.value("mcp_tool_calls_total", tool="ascii_chart", outcome="ok") == 1
     assert samples.value("mcp_tool_calls_total", tool="ascii_chart", outcome="error") == 0
     assert samples.value("mcp_tool_call_duration_seconds_count", tool="ascii_chart") == 2
-    assert samples.value("paywall_elicitations_created_total", era=LEGACY) == 1
-    assert samples.value("paywall_elicitations_completed_total", era=LEGACY) == 1
-    assert samples.value("paywall_elicitations_created_total", era=MODERN) == 0
+    assert samples.value("paywall_elicitations_created_total", era=LEGACY, plan="pro") == 1
+    assert samples.value("paywall_elicitations_completed_total", era=LEGACY, plan="pro") == 1
+    assert samples.value("paywall_elicitations_created_total", era=MODERN, plan="pro") == 0
     assert samples.value("paywall_checkout_sessions_created_total", plan="pro") == 1
     assert samples.value("stripe_webhooks_total", type="checkout.session.completed", outcome="applied") == 1
     assert samples.total("stripe_webhooks_total") >= 2, "the subscription and invoice events count too"
@@ -86,8 +86,8 @@ async def test_modern_era_counts_by_era_and_outcome(service: RunningService) -> 
     samples = await scrape(service.base_url)
     assert samples.value("mcp_tool_calls_total", tool="sql_explain", outcome="elicitation") == 1
     assert samples.value("mcp_tool_calls_total", tool="sql_explain", outcome="ok") == 1
-    assert samples.value("paywall_elicitations_created_total", era=MODERN) == 1
-    assert samples.value("paywall_elicitations_completed_total", era=MODERN) == 1
+    assert samples.value("paywall_elicitations_created_total", era=MODERN, plan="pro") == 1
+    assert samples.value("paywall_elicitations_completed_total", era=MODERN, plan="pro") == 1
     assert samples.value("mcp_legacy_sessions_open") == 0, "2026-07-28 opens no session"
 
 
@@ -127,8 +127,8 @@ async def expiry_is_counted_by_era(service: RunningService) -> None:
         second = await call_expecting_32042(client, "ascii_chart", CHART_ARGS)
     assert second != first
     samples = await scrape(service.base_url)
-    assert samples.value("paywall_elicitations_expired_total", era=LEGACY) == 1
-    assert samples.value("paywall_elicitations_created_total", era=LEGACY) == 2
+    assert samples.value("paywall_elicitations_expired_total", era=LEGACY, plan="pro") == 1
+    assert samples.value("paywall_elicitations_created_total", era=LEGACY, plan="pro") == 2
 
 
 async def test_webhook_outcomes(service: RunningService) -> None:

@@ -95,3 +95,8 @@ async def test_a_client_that_leaves_mid_call_is_a_499_and_no_server_error(
     samples = await scrape(service.base_url)
     assert samples.value("mcp_tool_calls_total", tool="held", outcome="error") == 0
     assert samples.value("mcp_tool_calls_total", tool="held", outcome="cancelled") == 1
+    # Counted as the access line has it: a 499 of its own, never a 5xx.
+    assert samples.value("http_requests_total", method="POST", route="/mcp", status="499") == 1
+    assert not [
+        labels for (name, labels) in samples if name == "http_requests_total" and ("status", "500") in labels
+    ]
