@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install lock browser node-deps migrate run test test-postgres lint format typecheck check bench clean
+.PHONY: install lock docs browser node-deps migrate run test test-postgres lint format typecheck check bench clean
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ UV_COMPILE := $(BIN)/uv pip compile pyproject.toml --universal --python-version 
 lock: install
 	$(UV_COMPILE) $(LOCK_ARGS) -o requirements.lock
 	$(UV_COMPILE) --extra dev -c requirements.lock -o requirements-dev.lock
+
+# docs/configuration.md is generated from the settings' docstrings; a unit test checks it is current.
+docs: install
+	$(BIN)/python -m service.configuration_doc > docs/configuration.md
 
 # Playwright drives Debian's chromium; it never downloads a browser of its own.
 browser:
