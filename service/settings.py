@@ -49,151 +49,235 @@ class Settings(BaseSettings):
     """Service configuration. Field names map to upper-case environment variables."""
 
     model_config = SettingsConfigDict(
-        env_file=".env", env_file_encoding="utf-8", extra="ignore", frozen=True, validate_default=True
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        frozen=True,
+        validate_default=True,
+        use_attribute_docstrings=True,
     )
 
+    # Each field's docstring is its description in docs/configuration.md (`make docs`).
+
     environment: Literal["development", "production"] = "development"
+    """`production` refuses development secrets, the sandbox key and plain `http://`, and turns on `Secure`
+    `__Host-` cookies and HSTS."""
     host: str = "127.0.0.1"
-    # Development defaults (well-known secrets, the sandbox) are only safe on loopback; a container
-    # that sets HOST=0.0.0.0 must run production or opt out here explicitly.
+    """The address `serve` listens on."""
     allow_non_loopback_in_development: bool = False
+    """Let development settings listen beyond loopback; their well-known secrets and the sandbox are only
+    safe there."""
     port: int = Field(default=8000, ge=1, le=65535)
+    """The port `serve` listens on."""
     public_base_url: str = "http://127.0.0.1:8000"
+    """The URL users and clients reach; the issuer, the MCP resource and payment links derive from it."""
     database_url: str = "sqlite:///./var/service.db"
+    """`sqlite:///path` or `postgresql://user:pass@host:port/db`."""
     secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
+    """Signs login requests and CSRF tokens; 32 characters or more in production."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    log_format: Literal["json", "text"] | None = None  # None: text in development, JSON otherwise
-    # /metrics: on in development; in production only if asked for. METRICS_PORT=0 serves it on the
-    # main app, any other port on a listener of its own (keep that port out of the Service/Ingress).
-    metrics_enabled: bool | None = None  # None: development, or METRICS_PORT set
+    """The least severe log level written."""
+    log_format: Literal["json", "text"] | None = None
+    """Log line format; unset: text in development, JSON otherwise."""
+    metrics_enabled: bool | None = None
+    """Serve Prometheus `/metrics`; unset: on in development or when `METRICS_PORT` is set, off otherwise."""
     metrics_port: int = Field(default=0, ge=0, le=65535)
-    # OpenTelemetry tracing (the `otel` extra): the collector's OTLP/HTTP base URL; unset, no tracing.
+    """`0` serves `/metrics` on the main app; any other port on a listener of its own (keep it out of the
+    Service and Ingress)."""
     otel_exporter_otlp_endpoint: str | None = Field(
         default=None, max_length=2048, pattern=r"^https?://[^\s]+$"
     )
+    """The OTLP/HTTP base URL of an OpenTelemetry collector; with the `otel` extra installed, `serve`
+    sends a span per request there and log lines carry trace ids. Unset: no tracing."""
 
     mcp_server_name: str = "paid-mcp-service"
+    """The MCP server name; also the audience of sealed `request_state`, so the same on every replica."""
     mcp_allowed_hosts: CsvList = []
+    """Extra `Host` values accepted on `/mcp`; the public host and loopback always are."""
     mcp_allowed_origins: CsvList = []
+    """Extra `Origin` values accepted on `/mcp`; the public origin always is, and loopback in development."""
     request_state_keys: CsvList = [DEV_REQUEST_STATE_KEY]
+    """Keys sealing 2026-07-28 `request_state`, newest first: the first seals, all open; the same on every
+    replica."""
+    mcp_json_response: bool = False
+    """Answer 2025-11-25 requests as JSON instead of SSE; needs `ELICITATION_STYLE=error`."""
+    mcp_otel_spans: bool = False
+    """Keep the SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
+    (`OTEL_EXPORTER_OTLP_ENDPOINT` with the `otel` extra, or one around the service)."""
 
     stripe_secret_key: SecretStr = SecretStr(SANDBOX_SECRET_KEY)
+    """Stripe's secret API key; the default is the built-in sandbox's, which production refuses."""
     stripe_webhook_secret: CsvList = [DEV_WEBHOOK_SECRET]
+    """Webhook signing secrets: the first signs (sandbox), all verify, for rotation."""
     stripe_api_base: str | None = None
+    """Another Stripe API base URL, e.g. a sandbox run separately; refused in production."""
     stripe_sandbox_port: int = Field(default=8001, ge=0, le=65535)
+    """Loopback port of the built-in Stripe sandbox; `0` picks any free port."""
     stripe_sandbox_state_file: Path | None = Path("var/stripe-sandbox.json")
+    """Where the built-in Stripe sandbox keeps its objects between runs."""
     stripe_sandbox_adversarial: bool = False
+    """The sandbox delivers webhooks late, out of order and twice, as Stripe may."""
 
     plans_file: Path = DEFAULT_PLANS_FILE
-    # Tool packages, `module:attribute` each; installed packages may also advertise `paid_mcp.tools`.
+    """The plan catalog (TOML); the default is the built-in `default_plans.toml`."""
     tool_packages: CsvList = ["service.example_tools:tools"]
-    # Also load the `paid_mcp.tools` entry points of installed distributions (off: only TOOL_PACKAGES).
+    """Tool packages to serve, `module:attribute` each."""
     tool_entry_points: bool = False
+    """Also load the `paid_mcp.tools` entry points of installed distributions; off, only `TOOL_PACKAGES`."""
     elicitation_style: Literal["error", "request"] = "error"
+    """For 2025-11-25 clients: `error` answers `-32042` with the payment link; `request` sends
+    `elicitation/create` and waits."""
     elicitation_ttl_seconds: int = Field(default=24 * 3600, ge=60)
+    """How long a payment link stays valid."""
     payment_wait_seconds: float = Field(default=600.0, gt=0)
+    """How long an accepted `elicitation/create` waits for the payment."""
     retry_wait_seconds: float = Field(default=25.0, ge=0)
+    """How long a 2026-07-28 retry waits for the payment before asking again."""
     past_due_grace_seconds: int = Field(default=3 * 24 * 3600, ge=0)
+    """Access kept while a subscription is `past_due`."""
     entitlement_cache_seconds: float = Field(default=30.0, ge=0)
+    """Lifetime of the in-process entitlement cache; webhooks invalidate it sooner."""
     token_cache_seconds: float = Field(default=30.0, ge=0)
-    mcp_json_response: bool = False
-    # The SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
-    # (OTEL_EXPORTER_OTLP_ENDPOINT with the `otel` extra, or one around the service).
-    mcp_otel_spans: bool = False
+    """How long a verified bearer token is remembered in process; it bounds how long a token revoked
+    elsewhere keeps working."""
     max_elicitations_per_hour: int = Field(default=20, ge=1)
-    # Open 2025-11-25 sessions per user (the SDK's own cap is for the whole process); also how many
-    # sessions one elicitation keeps owed its completion notice.
+    """Payment links one user may be sent in an hour."""
     max_legacy_sessions_per_user: int = Field(default=10, ge=1, le=100_000)
-    # How long a caller's open payment link is remembered, so repeated unpaid calls skip the database.
+    """Open 2025-11-25 sessions per user (the SDK's own cap is for the whole process); also how many
+    sessions one elicitation keeps owed its completion notice."""
     payment_link_cache_seconds: float = Field(default=30.0, ge=0, le=3600)
-    # A legacy session with no request in flight for this long is closed (the SDK's idle timeout).
+    """How long a caller's open payment link is remembered, so repeated unpaid calls skip the database."""
     mcp_session_idle_seconds: float = Field(default=1800.0, ge=1, le=7 * 24 * 3600)
+    """A 2025-11-25 session with no request in flight for this long is closed (the SDK's idle timeout)."""
     max_checkouts_per_hour: int = Field(default=10, ge=1)
-    # Presses of the pay button in an hour, counted before any Stripe call; beyond them, 429.
+    """Stripe Checkout Sessions one user may create in an hour."""
     max_pay_attempts_per_user_per_hour: int = Field(default=30, ge=1, le=10_000)
+    """Presses of the pay button by one user in an hour, counted before any Stripe call; beyond them, 429."""
     max_pay_attempts_per_elicitation_per_hour: int = Field(default=10, ge=1, le=10_000)
+    """Presses of the pay button for one payment link in an hour; beyond them, 429."""
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
+    """How often each replica tries to reconcile with Stripe, one replica at a time; `0`: never."""
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
-    # How long /readyz keeps answering ready while a database it reached before does not answer.
+    """How often each replica looks for completion notices it still owes."""
     readiness_outage_grace_seconds: float = Field(default=30.0, ge=0, le=600)
-    # "local" skips LISTEN/NOTIFY (e.g. behind PgBouncer in transaction mode); the sweep still delivers.
+    """How long `/readyz` keeps answering ready while a database it reached before does not answer; `0`:
+    unready at once."""
     completion_bus: Literal["auto", "local"] = "auto"
+    """`auto`: LISTEN/NOTIFY on PostgreSQL; `local` skips it (e.g. behind PgBouncer in transaction mode)
+    and the sweep still delivers."""
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
-    # Each step is a checkout or a customer: one to three Stripe reads and a transaction. Stripe
-    # allows 25 reads a second in test mode (100 live), shared with webhook handling's own reads.
+    """How far back reconciliation reads Checkout Sessions."""
     reconcile_steps_per_second: float = Field(default=5.0, ge=0)
+    """Reconciliation's pace in checkouts or customers a second, one to three Stripe reads each, shared
+    with webhook handling's reads (Stripe allows 25 a second in test mode, 100 live); `0`: unpaced."""
 
-    # Input and output bounds (docs/security.md, "Input bounds and retention").
     max_request_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """Largest request body accepted on any route, `/mcp` and pages included; a larger one is answered 413."""
     max_webhook_body_bytes: int = Field(default=512 * 1024, ge=1024, le=64 * 1024 * 1024)
+    """Largest `POST /webhooks/stripe` body accepted; a larger one is answered 413."""
     max_json_depth: int = Field(default=64, ge=4, le=512)
+    """Deepest nesting of objects and arrays accepted in `/mcp` and webhook JSON."""
     max_tool_output_bytes: int = Field(default=256 * 1024, ge=1024, le=64 * 1024 * 1024)
-    # How old (and, for clock skew, how far in the future) a webhook signature's timestamp may be.
+    """Largest tool result (content plus structured content); a larger one is replaced by a tool error
+    giving its size."""
     webhook_tolerance_seconds: int = Field(default=300, ge=1, le=3600)
+    """How old a webhook signature's timestamp may be."""
     webhook_future_skew_seconds: int = Field(default=300, ge=0, le=3600)
-    # At most one audit row per rejection reason per this many seconds; the metric counts them all.
+    """How far in the future a webhook signature's timestamp may be, for clock skew."""
     webhook_rejection_audit_seconds: float = Field(default=60.0, ge=1)
-    # Retention: rows older than these are deleted by a job run every RETENTION_INTERVAL_SECONDS.
+    """At most one audit row per webhook rejection reason per this many seconds; the metric counts them
+    all."""
     retention_interval_seconds: float = Field(default=6 * 3600, ge=0)
+    """How often the retention job deletes old rows."""
     retention_audit_days: int = Field(default=90, ge=1)
-    retention_stripe_event_days: int = Field(default=30, ge=3)  # Stripe retries for 3 days
-    retention_expired_days: int = Field(default=7, ge=1)  # sessions, codes, tokens, elicitations
+    """Audit rows older than this are deleted."""
+    retention_stripe_event_days: int = Field(default=30, ge=3)
+    """Processed Stripe event ids older than this are deleted; at least 3, since Stripe retries for 3 days."""
+    retention_expired_days: int = Field(default=7, ge=1)
+    """Expired browser sessions, authorization codes, tokens and elicitations older than this are deleted."""
     retention_batch_rows: int = Field(default=1000, ge=1, le=100_000)
+    """Rows the retention job deletes per transaction."""
 
-    # After start-up: freeze the start-up heap out of the collector's walks, raise gen0's threshold
-    # (0 keeps Python's 700). See service/gc_tuning.py for the measurements.
     gc_freeze: bool = True
+    """After start-up, freeze the start-up heap out of the garbage collector's walks (see
+    `service/gc_tuning.py`)."""
     gc_gen0_threshold: int = Field(default=10_000, ge=0)
-    # Sync tool calls running at once in worker threads (more wait for a thread). See service/tool_threads.py.
+    """After start-up, the garbage collector's gen0 threshold; `0` keeps Python's 700."""
     sync_tool_threads: int = Field(default=40, ge=1, le=1000)
+    """Sync tool calls running at once in worker threads; more wait for a thread (see
+    `service/tool_threads.py`)."""
 
-    # Gateway mode (service/gateway): serve an upstream MCP server's tools behind the paywall.
     upstream_mcp_url: str | None = None
-    upstream_mcp_authorization: SecretStr | None = None  # sent upstream as `Authorization`
-    upstream_user_header_secret: SecretStr | None = None  # signs `X-Paid-MCP-User`; required in production
-    # Upstream tools served free; a plan's `tools` makes one paid; any other upstream tool is not served.
+    """Gateway mode: the upstream MCP server (Streamable HTTP) whose tools are served behind the paywall;
+    `https://`, or loopback `http://` in development."""
+    upstream_mcp_authorization: SecretStr | None = None
+    """Sent upstream as its `Authorization` header, e.g. `Bearer xyz`; our users' tokens never are."""
+    upstream_user_header_secret: SecretStr | None = None
+    """Signs the `X-Paid-MCP-User` header naming the user on each forwarded call; required in production
+    with `UPSTREAM_MCP_URL`."""
     upstream_free_tools: CsvList = []
+    """Upstream tools served free; a plan's `tools` makes one paid; any other upstream tool is not served."""
     upstream_timeout_seconds: float = Field(default=60.0, gt=0)
+    """Bound on each forwarded call, and on reading the upstream's tools at start-up."""
 
-    # argon2id for local accounts' passwords; the defaults are argon2-cffi's (RFC 9106 low-memory).
-    # Hashes made with other parameters are redone at the user's next sign-in.
     password_hash_time_cost: int = Field(default=3, ge=1)
+    """argon2id passes for local accounts' passwords (argon2-cffi's RFC 9106 low-memory default);
+    production refuses fewer than 2; older hashes are redone at the next sign-in."""
     password_hash_memory_kib: int = Field(default=64 * 1024, ge=8)
+    """argon2id memory per hash in KiB; production refuses less than OWASP's 19456."""
     password_hash_parallelism: int = Field(default=4, ge=1)
-    password_hash_concurrency: int = Field(default=2, ge=1)  # at once per replica; each holds its memory
-    # Sign-ins waiting for a hashing slot; beyond that a sign-in is answered 503 with Retry-After.
+    """argon2id lanes per hash."""
+    password_hash_concurrency: int = Field(default=2, ge=1)
+    """Passwords hashed at once per replica, in worker threads; each holds its memory."""
     password_hash_queue: int = Field(default=16, ge=0, le=10_000)
+    """Sign-ins waiting for a hashing slot; beyond them a sign-in is answered 503 with `Retry-After`."""
 
-    # Failed sign-ins (wrong password at /login, refused requests at /token), per replica: after
-    # this many failures an account or a client IP is locked out for SIGN_IN_LOCKOUT_SECONDS, doubled
-    # at each further failure up to SIGN_IN_LOCKOUT_MAX_SECONDS; failures are forgotten after
-    # SIGN_IN_FAILURE_MEMORY_SECONDS without one.
     sign_in_account_failures: int = Field(default=5, ge=1, le=1000)
+    """Failed sign-ins (wrong password at `/login`, refused requests at `/token`) after which an account is
+    locked out (429 with `Retry-After`), per replica."""
     sign_in_ip_failures: int = Field(default=20, ge=1, le=10_000)
+    """Failed sign-ins after which a client address is locked out, per replica."""
     sign_in_lockout_seconds: float = Field(default=30.0, ge=1, le=3600)
+    """The first lockout; doubled at each further failure."""
     sign_in_lockout_max_seconds: float = Field(default=900.0, ge=1, le=86_400)
+    """The longest lockout."""
     sign_in_failure_memory_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
+    """Failures are forgotten after this long without one."""
     sign_in_throttle_entries: int = Field(default=100_000, ge=100, le=10_000_000)
-    # Proxies (addresses or CIDR ranges) whose X-Forwarded-For names the client; empty: trust none.
+    """Accounts and addresses whose sign-in failures each replica remembers at most."""
     trusted_proxies: CsvList = []
+    """Proxies (addresses or CIDR ranges) whose `X-Forwarded-For` names the client; empty: trust none."""
 
     access_token_ttl_seconds: int = Field(default=3600, gt=0)
+    """OAuth access token lifetime."""
     refresh_token_ttl_seconds: int = Field(default=30 * 24 * 3600, gt=0)
+    """OAuth refresh token lifetime."""
     authorization_code_ttl_seconds: int = Field(default=300, gt=0)
-    # Dynamic client registrations one client address may make per hour, on each replica.
+    """OAuth authorization code lifetime."""
     oauth_registrations_per_address_per_hour: int = Field(default=30, ge=1, le=100_000)
+    """Dynamic client registrations one client address may make per hour, on each replica."""
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
-    # `tokens create` without --expires-in-days; a token that never expires needs --never-expires.
+    """Login cookie lifetime."""
     personal_token_ttl_days: int = Field(default=90, ge=1, le=3650)
+    """Lifetime of `tokens create` without `--expires-in-days`; a token that never expires needs
+    `--never-expires`."""
 
-    # An external OpenID Connect provider instead of the built-in authorization server (unset: built-in).
     oidc_issuer: str | None = None
-    oidc_audience: str | None = None  # None: the MCP resource URL
-    oidc_client_id: str | None = None  # the payment page's confidential client at the issuer
+    """An external OpenID Connect provider instead of the built-in authorization server; `https://` outside
+    development."""
+    oidc_audience: str | None = None
+    """The `aud` value access tokens must contain; unset: the MCP resource URL."""
+    oidc_client_id: str | None = None
+    """The payment page's confidential client at the issuer; required with `OIDC_ISSUER`."""
     oidc_client_secret: SecretStr | None = None
-    oidc_introspection: bool = False  # RFC 7662 for opaque access tokens instead of JWT validation
+    """That client's secret; required with `OIDC_ISSUER`."""
+    oidc_introspection: bool = False
+    """Check opaque access tokens at the issuer's RFC 7662 endpoint, with the client above, instead of as
+    JWTs."""
     oidc_scopes: str = "openid email profile"
+    """Scopes the payment page's sign-in asks for."""
     oidc_jwks_min_refresh_seconds: float = Field(default=10.0, ge=0)
+    """Least time between JWKS downloads triggered by an unknown key id."""
 
     @classmethod
     def settings_customise_sources(
