@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     stripe_sandbox_port: int = Field(default=8001, ge=0, le=65535)
     stripe_sandbox_state_file: Path | None = Path("var/stripe-sandbox.json")
     stripe_sandbox_adversarial: bool = False
+    # The sandbox's webhook retries: Stripe's shape within minutes, or Stripe's own days.
+    stripe_sandbox_webhook_retry_schedule: Literal["compressed", "stripe"] = "compressed"
 
     plans_file: Path = DEFAULT_PLANS_FILE
     # Tool packages, `module:attribute` each; installed packages may also advertise `paid_mcp.tools`.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import objects_payments as op
-from .cards import Decline
-from .errors import invalid_request
+from .cards import Decline, behaviour_of, decline_of, magic_card
+from .errors import StripeError, invalid_request, resource_missing
 from .ids import new_id
 from .sandbox import Sandbox
 
@@ -21,6 +21,60 @@ def create_payment_method(
     )
     sb.store.put(pm)
     sb.store.priv(pm["id"])["card"] = card
+    return pm
+
+
+def resolve_payment_method(sb: Sandbox, pm_id: str, param: str, cache: dict[str, Obj]) -> Obj:
+    """A PaymentMethod by id; a test id (`pm_card_visa`) makes a new one, once per request."""
+    if pm_id in cache:
+        return cache[pm_id]
+    card = magic_card(pm_id)
+    if card is not None:
+        pm = create_payment_method(sb, card, None, None, None)
+        cache[pm_id] = pm
+        return pm
+    found = sb.store.get("payment_method", pm_id)
+    if found is None:
+        raise resource_missing("payment_method", pm_id, param=param)
+    return found
+
+
+def attach(sb: Sandbox, pm: Obj, customer_id: str) -> Obj:
+    """Attach to a customer, as Stripe does: a card that declines cannot be attached."""
+    if pm["customer"] == customer_id:
+        return pm
+    if pm["customer"] is not None:
+        raise invalid_request(
+            "The payment method you provided has already been attached to a customer.", param="payment_method"
+        )
+    check_attachable(sb, pm)
+    pm["customer"] = customer_id
+    sb.emit("payment_method.attached", pm)
+    return pm
+
+
+def check_attachable(sb: Sandbox, pm: Obj) -> None:
+    card = sb.store.priv(pm["id"])["card"]
+    decline = decline_of(card)
+    if decline is not None and behaviour_of(card) != "fail_after_attach":
+        raise StripeError(
+            402,
+            decline.message,
+            type_="card_error",
+            code=decline.code,
+            decline_code=decline.decline_code,
+            param="payment_method",
+        )
+
+
+def detach(sb: Sandbox, pm: Obj) -> Obj:
+    if pm["customer"] is None:
+        raise invalid_request(
+            f"The payment method {pm['id']} is not attached to a customer.", param="payment_method"
+        )
+    previous = {"customer": pm["customer"]}
+    pm["customer"] = None
+    sb.emit("payment_method.detached", pm, previous)
     return pm
 
 
@@ -84,6 +138,8 @@ def charge_card(
     if decline is None:
         sb.emit("charge.succeeded", ch)
         sb.emit("payment_intent.succeeded", pi)
+        if behaviour_of(card) == "dispute":
+            open_dispute(sb, ch, "fraudulent")
     else:
         sb.emit("charge.failed", ch)
         sb.emit("payment_intent.payment_failed", pi)

@@ -31,6 +31,7 @@ KINDS = (
     "event",
     "webhook_endpoint",
     "billing_portal.session",
+    "test_helpers.test_clock",
 )
 
 _FORMAT = 1

@@ -1,0 +1,164 @@
+"""Subscriptions without Checkout: create, pay invoices, and the customer's payment methods."""
+
+from __future__ import annotations
+
+from . import billing, payments
+from .api import Call, Obj, paginate
+from .checkout import resolve_line_item
+from .errors import invalid_request, parameter_missing, resource_missing
+from .forms import Params
+from .sandbox import Sandbox
+
+DAY = 86400
+MAX_TRIAL_DAYS = 730
+
+
+def trial_end_of(sb: Sandbox, params: Params, *, now: int) -> int | None:
+    """`trial_period_days` or `trial_end` (a timestamp, or `now` for no trial), validated as Stripe does."""
+    days = params.integer("trial_period_days")
+    end_raw = params.string("trial_end")
+    if days is not None and end_raw is not None:
+        raise invalid_request(
+            "You may only specify one of these parameters: trial_end, trial_period_days.",
+            param=params.param("trial_end"),
+        )
+    if days is not None:
+        if days < 1 or days > MAX_TRIAL_DAYS:
+            raise invalid_request(
+                f"The trial period must be between 1 and {MAX_TRIAL_DAYS} days.",
+                param=params.param("trial_period_days"),
+            )
+        return now + days * DAY
+    if end_raw is None or end_raw == "now":
+        return None
+    end = params.integer("trial_end")
+    assert end is not None
+    if end < now + 48 * 3600 - 1 and params.prefix:
+        raise invalid_request(
+            "The `trial_end` date has to be at least 2 days in the future.", param=params.param("trial_end")
+        )
+    if end <= now:
+        raise invalid_request(
+            "Invalid timestamp: must be an integer Unix timestamp in the future.", param="trial_end"
+        )
+    if end > now + MAX_TRIAL_DAYS * DAY:
+        raise invalid_request(
+            "The trial_end date cannot be more than 730 days in the future.", param="trial_end"
+        )
+    return end
+
+
+def create_subscription(call: Call) -> Obj:
+    p, sb = call.params, call.sb
+    customer_id = p.req_str("customer")
+    customer = sb.store.get("customer", customer_id)
+    if customer is None or customer.get("deleted"):
+        raise resource_missing("customer", customer_id, param="customer")
+    with sb.on_clock(customer.get("test_clock")):
+        return _create_subscription(call, customer)
+
+
+def _create_subscription(call: Call, customer: Obj) -> Obj:
+    p, sb = call.params, call.sb
+    now = sb.now()
+    items = p.sub_list("items")
+    if not items:
+        raise parameter_missing("items")
+    resolved = [resolve_line_item(sb, item, default_quantity=1) for item in items]
+    if any(not price["recurring"] for price, _ in resolved):
+        raise invalid_request(
+            "The price specified is set to `type=one_time` but this field only accepts prices with "
+            "`type=recurring`.",
+            param="items[0][price]",
+        )
+    if len({price["currency"] for price, _ in resolved}) > 1:
+        raise invalid_request("All prices on a subscription must have the same currency.", param="items")
+    behavior = p.enum(
+        "payment_behavior",
+        ("allow_incomplete", "default_incomplete", "error_if_incomplete", "pending_if_incomplete"),
+    )
+    if behavior == "pending_if_incomplete":
+        raise invalid_request(
+            "payment_behavior=pending_if_incomplete is not implemented by the sandbox.",
+            param="payment_behavior",
+        )
+    trial_end = trial_end_of(sb, p, now=now)
+    missing = "create_invoice"
+    settings = p.sub("trial_settings")
+    if settings is not None:
+        end_behavior = settings.sub("end_behavior")
+        if end_behavior is not None:
+            missing = str(
+                end_behavior.enum("missing_payment_method", ("cancel", "create_invoice", "pause"))
+                or "create_invoice"
+            )
+    pm = None
+    pm_id = p.string("default_payment_method")
+    if pm_id is not None:
+        pm = call.payment_method(pm_id, "default_payment_method")
+        if pm["customer"] != customer["id"]:
+            raise invalid_request(
+                f"The customer does not have a payment method with the ID {pm_id}. The payment method must "
+                "be attached to the customer.",
+                param="default_payment_method",
+            )
+    if (
+        trial_end is None
+        and behavior not in ("default_incomplete",)
+        and pm is None
+        and customer["invoice_settings"]["default_payment_method"] is None
+    ):
+        raise invalid_request(
+            "This customer has no attached payment source or default payment method. Please consider "
+            "adding a default payment method.",
+        )
+    sub, _invoice = billing.start_subscription(
+        sb,
+        customer=customer,
+        recurring_items=resolved,
+        one_time_items=[],
+        metadata=p.metadata() or {},
+        pm=pm,
+        trial_end=trial_end,
+        payment_behavior=behavior or "allow_incomplete",
+        description=p.string("description"),
+        missing_payment_method=missing,
+    )
+    return sub
+
+
+def pay_invoice(call: Call) -> Obj:
+    sb = call.sb
+    invoice = sb.get("invoice", call.path["id"])
+    with sb.on_clock(sb.clock_of(invoice["customer"])):
+        pm_id = call.params.string("payment_method")
+        pm = None if pm_id is None else call.payment_method(pm_id, "payment_method")
+        if pm is not None and pm["customer"] is None:
+            payments.attach(sb, pm, invoice["customer"])
+        return billing.pay_invoice(sb, invoice, pm)
+
+
+def list_customer_payment_methods(call: Call) -> Obj:
+    sb = call.sb
+    customer = sb.get("customer", call.path["id"])
+    kind = call.params.string("type")
+    items = [
+        pm
+        for pm in sb.store.newest_first("payment_method")
+        if pm["customer"] == customer["id"] and (kind is None or pm["type"] == kind)
+    ]
+    return paginate(call.params, items, call.route_path, "payment_method")
+
+
+def attach_payment_method(call: Call) -> Obj:
+    sb = call.sb
+    pm = call.payment_method(call.path["id"], "id")
+    customer_id = call.params.req_str("customer")
+    customer = sb.store.get("customer", customer_id)
+    if customer is None or customer.get("deleted"):
+        raise resource_missing("customer", customer_id, param="customer")
+    return payments.attach(sb, pm, customer_id)
+
+
+def detach_payment_method(call: Call) -> Obj:
+    return payments.detach(call.sb, call.sb.get("payment_method", call.path["id"]))

@@ -1,0 +1,369 @@
+"""Flows a SaaS vendor tests against Stripe, written only against stripe-python's public API.
+
+They run against the built-in sandbox by default and, unchanged, against Stripe test mode when
+`STRIPE_SECRET_KEY=sk_test_...` is set in the environment; tests that need something only the
+sandbox offers (a local webhook receiver, its clock helper, its settings) skip there. Nothing here
+reads the sandbox's internals to decide a result: what a vendor can see through the API is what is
+asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import stripe
+
+from .conftest import Env, Receiver, sandbox_env, stripe_client
+
+STRIPE_KEY = os.environ.get("STRIPE_SECRET_KEY", "")
+ON_STRIPE = STRIPE_KEY.startswith("sk_test_")
+STRIPE_API = "https://api.stripe.com"
+
+
+@dataclass
+class Vendor:
+    """A vendor's view: a client, and the sandbox behind it when there is one."""
+
+    client: stripe.StripeClient
+    env: Env | None
+
+    def sandbox(self) -> Env:
+        """The sandbox behind the client; skips the test on Stripe test mode."""
+        if self.env is None:
+            pytest.skip("needs the sandbox (a local webhook receiver or a sandbox setting)")
+        return self.env
+
+    def tag(self) -> str:
+        """A unique string, so runs against a shared Stripe account do not see each other."""
+        return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def vendor(receiver: Receiver) -> AsyncIterator[Vendor]:
+    if ON_STRIPE:
+        async with stripe_client(STRIPE_API, STRIPE_KEY) as client:
+            yield Vendor(client, None)
+        return
+    async with sandbox_env(receiver) as env:
+        yield Vendor(env.client, env)
+
+
+async def raw_post(client: stripe.StripeClient, path: str, **params: Any) -> stripe.StripeObject:
+    response = await client.raw_request_async("post", path, **params)
+    return client.deserialize(response, api_mode="V1")
+
+
+# No silent drops ------------------------------------------------------------------------------
+
+
+async def test_customer_keeps_what_it_accepts(vendor: Vendor) -> None:
+    tag = vendor.tag()
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "email": f"{tag}@example.com",
+            "address": {"line1": "1 Main St", "city": "Springfield", "country": "US", "postal_code": "12345"},
+            "invoice_settings": {"footer": "Thanks for your business"},
+            "preferred_locales": ["en", "fr-FR"],
+        }
+    )
+    again = await vendor.client.v1.customers.retrieve_async(customer.id)
+    assert again.address is not None
+    assert (again.address.line1, again.address.city, again.address.country) == (
+        "1 Main St",
+        "Springfield",
+        "US",
+    )
+    assert again.invoice_settings.footer == "Thanks for your business"
+    assert again.preferred_locales == ["en", "fr-FR"]
+    updated = await vendor.client.v1.customers.update_async(
+        customer.id, params={"address": {"line2": "Suite 5"}, "preferred_locales": ["de"]}
+    )
+    assert updated.address is not None
+    assert (updated.address.line1, updated.address.line2) == ("1 Main St", "Suite 5")
+    assert updated.preferred_locales == ["de"]
+
+
+async def test_what_the_sandbox_does_not_implement_answers_400(vendor: Vendor) -> None:
+    env = vendor.sandbox()  # on Stripe these parameters simply work
+    before = await env.client.v1.customers.list_async()
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.customers.create_async(params={"email": "a@example.com", "tax_exempt": "exempt"})
+    assert info.value.http_status == 400 and info.value.param == "tax_exempt"
+    assert "not implemented by the sandbox" in str(info.value.user_message)
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.customers.create_async(
+            params={"invoice_settings": {"custom_fields": [{"name": "PO"}]}}
+        )
+    assert info.value.param == "invoice_settings[custom_fields][0][name]"
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.customers.create_async(params={"not_a_stripe_param": "x"})
+    assert "Received unknown parameter: not_a_stripe_param" in str(info.value.user_message)
+    after = await env.client.v1.customers.list_async()
+    assert [c.id for c in after.data] == [c.id for c in before.data]  # nothing was created
+
+
+# Webhook retries ------------------------------------------------------------------------------
+
+
+async def test_webhooks_outlast_an_endpoint_outage(vendor: Vendor) -> None:
+    vendor.sandbox()
+    receiver = Receiver(fail_attempts=12)  # more failures than a 30-second schedule survives
+    async with sandbox_env(receiver, webhook_retry_base=0.01, webhook_retry_max_delay=0.05) as env:
+        customer = await env.client.v1.customers.create_async(params={"email": "ada@example.com"})
+        await receiver.wait_for(lambda r: any(e.data.object.id == customer.id for e in r.events), within=30)
+        [event] = (await env.client.v1.events.list_async(params={"type": "customer.created"})).data
+        assert event.pending_webhooks == 0
+        assert [s for i, s in receiver.statuses if i == event.id] == [500] * 12 + [200]
+
+
+async def test_given_up_event_stays_pending_and_can_be_resent(vendor: Vendor) -> None:
+    vendor.sandbox()
+    receiver = Receiver(fail_attempts=1000)
+    async with sandbox_env(
+        receiver, webhook_retry_base=0.01, webhook_retry_max_delay=0.02, webhook_retry_window=0.1
+    ) as env:
+        await env.client.v1.customers.create_async(params={"email": "ada@example.com"})
+        await env.sandbox.deliver_pending()  # the queue empties once delivery is given up
+        [event] = (await env.client.v1.events.list_async(params={"delivery_success": False})).data
+        assert event.type == "customer.created" and event.pending_webhooks == 1
+        assert receiver.events == []
+        receiver.fail_attempts = 0
+        resent = await raw_post(env.client, f"/v1/events/{event.id}/retry")
+        assert resent.id == event.id
+        await receiver.wait_for(lambda r: [e.id for e in r.events] == [event.id])
+        await env.sandbox.deliver_pending()
+        assert (await env.client.v1.events.retrieve_async(event.id)).pending_webhooks == 0
+        delivered = await env.client.v1.events.list_async(params={"delivery_success": True})
+        assert event.id in {e.id for e in delivered.data}
+
+
+# Helpers for flows that take a moment on Stripe ----------------------------------------------
+
+DAY = 86400
+
+
+async def until(check: Callable[[], Awaitable[Any]], *, tries: int = 60) -> Any:
+    """Poll `check` until it returns something truthy. The sandbox finishes work before it answers
+    the next request, so it needs no pause; Stripe test mode does its work in the background."""
+    for _ in range(tries):
+        result = await check()
+        if result:
+            return result
+        if ON_STRIPE:
+            await asyncio.sleep(2)
+    raise AssertionError("condition not reached")
+
+
+async def recurring_price(vendor: Vendor, amount: int = 1500, interval: str = "month") -> Any:
+    product = await vendor.client.v1.products.create_async(params={"name": f"Pro {vendor.tag()}"})
+    return await vendor.client.v1.prices.create_async(
+        params={
+            "product": product.id,
+            "currency": "usd",
+            "unit_amount": amount,
+            "recurring": {"interval": interval},
+        }
+    )
+
+
+async def advance(vendor: Vendor, clock_id: str, to: int) -> None:
+    clocks = vendor.client.v1.test_helpers.test_clocks
+    started = await clocks.advance_async(clock_id, params={"frozen_time": to})
+    assert started.status == "advancing"
+
+    async def ready() -> bool:
+        clock = await clocks.retrieve_async(clock_id)
+        return clock.status == "ready" and clock.frozen_time == to
+
+    await until(ready)
+
+
+@pytest.fixture
+async def clock(vendor: Vendor) -> AsyncIterator[Any]:
+    clocks = vendor.client.v1.test_helpers.test_clocks
+    created = await clocks.create_async(params={"frozen_time": int(time.time()), "name": "vendor flows"})
+    yield created
+    await clocks.delete_async(created.id)
+
+
+# Subscriptions without Checkout, test payment methods -----------------------------------------
+
+
+async def test_subscription_created_with_a_test_card(vendor: Vendor) -> None:
+    price = await recurring_price(vendor)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "email": f"{vendor.tag()}@example.com",
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    default_pm = customer.invoice_settings.default_payment_method
+    assert isinstance(default_pm, str) and default_pm.startswith("pm_") and default_pm != "pm_card_visa"
+    cards = await vendor.client.v1.customers.payment_methods.list_async(customer.id, params={"type": "card"})
+    assert [(pm.id, pm.card.brand, pm.card.last4) for pm in cards.data] == [(default_pm, "visa", "4242")]
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}], "expand": ["latest_invoice"]}
+    )
+    assert sub.status == "active"
+    assert sub.latest_invoice.status == "paid" and sub.latest_invoice.amount_paid == 1500
+
+
+async def test_declining_card_cannot_be_attached(vendor: Vendor) -> None:
+    with pytest.raises(stripe.CardError) as info:
+        await vendor.client.v1.customers.create_async(params={"payment_method": "pm_card_chargeDeclined"})
+    assert info.value.code == "card_declined"
+
+
+async def test_card_that_fails_after_attaching_leaves_subscription_incomplete(vendor: Vendor) -> None:
+    price = await recurring_price(vendor)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "payment_method": "pm_card_chargeCustomerFail",
+            "invoice_settings": {"default_payment_method": "pm_card_chargeCustomerFail"},
+        }
+    )
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={
+            "customer": customer.id,
+            "items": [{"price": price.id}],
+            "payment_behavior": "allow_incomplete",
+        }
+    )
+    assert sub.status == "incomplete"
+    invoice_id = sub.latest_invoice if isinstance(sub.latest_invoice, str) else sub.latest_invoice.id
+    with pytest.raises(stripe.CardError):
+        await vendor.client.v1.subscriptions.create_async(
+            params={
+                "customer": customer.id,
+                "items": [{"price": price.id}],
+                "payment_behavior": "error_if_incomplete",
+            }
+        )
+    paid = await vendor.client.v1.invoices.pay_async(invoice_id, params={"payment_method": "pm_card_visa"})
+    assert paid.status == "paid"
+    assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).status == "active"
+
+
+async def test_dispute_card_is_charged_then_disputed(vendor: Vendor) -> None:
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "payment_method": "pm_card_createDispute",
+            "invoice_settings": {"default_payment_method": "pm_card_createDispute"},
+        }
+    )
+    price = await recurring_price(vendor)
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}]}
+    )
+    assert sub.status == "active"
+    [charge] = (await vendor.client.v1.charges.list_async(params={"customer": customer.id})).data
+    assert charge.status == "succeeded"
+
+    async def disputed() -> Any:
+        return (await vendor.client.v1.disputes.list_async(params={"charge": charge.id})).data
+
+    [dispute] = await until(disputed)
+    assert dispute.amount == 1500
+
+
+# Test clocks and trials -----------------------------------------------------------------------
+
+
+async def test_trial_ends_into_a_paid_period_on_a_test_clock(vendor: Vendor, clock: Any) -> None:
+    start = clock.frozen_time
+    price = await recurring_price(vendor)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "test_clock": clock.id,
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    assert customer.test_clock == clock.id and customer.created == start
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}], "trial_period_days": 7}
+    )
+    assert sub.status == "trialing" and sub.trial_start == start and sub.trial_end == start + 7 * DAY
+    first = await vendor.client.v1.invoices.retrieve_async(str(sub.latest_invoice))
+    assert first.amount_due == 0 and first.status == "paid"
+
+    await advance(vendor, clock.id, start + 5 * DAY)
+    assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).status == "trialing"
+    warned = await vendor.client.v1.events.list_async(
+        params={"type": "customer.subscription.trial_will_end", "limit": 100}
+    )
+    assert sub.id in {e.data.object.id for e in warned.data}
+
+    await advance(vendor, clock.id, start + 8 * DAY)
+    after = await vendor.client.v1.subscriptions.retrieve_async(sub.id)
+    assert after.status == "active"
+    assert after["items"].data[0].current_period_start == start + 7 * DAY
+    invoices = await vendor.client.v1.invoices.list_async(params={"customer": customer.id})
+    assert [(i.amount_paid, i.status) for i in invoices.data] == [(1500, "paid"), (0, "paid")]
+
+
+async def test_trial_without_a_card_is_canceled_when_told_so(vendor: Vendor, clock: Any) -> None:
+    price = await recurring_price(vendor)
+    customer = await vendor.client.v1.customers.create_async(params={"test_clock": clock.id})
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={
+            "customer": customer.id,
+            "items": [{"price": price.id}],
+            "trial_period_days": 3,
+            "trial_settings": {"end_behavior": {"missing_payment_method": "cancel"}},
+        }
+    )
+    assert sub.status == "trialing"
+    await advance(vendor, clock.id, clock.frozen_time + 4 * DAY)
+    assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).status == "canceled"
+
+
+async def test_renewals_follow_the_customers_test_clock(vendor: Vendor, clock: Any) -> None:
+    price = await recurring_price(vendor, interval="week")
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "test_clock": clock.id,
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}]}
+    )
+    await advance(vendor, clock.id, clock.frozen_time + 15 * DAY)
+    invoices = await vendor.client.v1.invoices.list_async(params={"subscription": sub.id})
+    assert [i.billing_reason for i in invoices.data] == [
+        "subscription_cycle",
+        "subscription_cycle",
+        "subscription_create",
+    ]
+    assert all(i.status == "paid" for i in invoices.data)
+    listed = await vendor.client.v1.customers.list_async(params={"test_clock": clock.id})
+    assert [c.id for c in listed.data] == [customer.id]
+
+
+async def test_checkout_accepts_a_trial(vendor: Vendor) -> None:
+    env = vendor.sandbox()  # paying a Checkout session needs a browser on Stripe
+    price = await recurring_price(vendor)
+    session = await env.client.v1.checkout.sessions.create_async(
+        params={
+            "mode": "subscription",
+            "line_items": [{"price": price.id, "quantity": 1}],
+            "success_url": "https://app.example/ok",
+            "subscription_data": {"trial_period_days": 14},
+        }
+    )
+    await env.raw(f"/v1/test_helpers/checkout/sessions/{session.id}/pay", card_number="4242424242424242")
+    paid = await env.client.v1.checkout.sessions.retrieve_async(
+        session.id, params={"expand": ["subscription"]}
+    )
+    assert paid.subscription.status == "trialing"
+    assert paid.subscription.trial_end - paid.subscription.trial_start == 14 * DAY
