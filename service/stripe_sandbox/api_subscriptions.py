@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from . import billing, payments
 from .api import Call, Obj, paginate
+from .cards import decline_of
 from .checkout import resolve_line_item
-from .errors import invalid_request, parameter_missing, resource_missing
+from .errors import StripeError, invalid_request, parameter_missing, resource_missing
 from .forms import Params
 from .sandbox import Sandbox
 
@@ -136,6 +137,112 @@ def pay_invoice(call: Call) -> Obj:
         if pm is not None and pm["customer"] is None:
             payments.attach(sb, pm, invoice["customer"])
         return billing.pay_invoice(sb, invoice, pm)
+
+
+MIN_AMOUNT = 50  # Stripe's smallest charge in USD cents; the sandbox applies it to every currency
+
+
+def create_payment_intent(call: Call) -> Obj:
+    p, sb = call.params, call.sb
+    amount = p.integer("amount", required=True)
+    assert amount is not None
+    if amount < MIN_AMOUNT or amount > 99_999_999:
+        raise invalid_request(
+            "Amount must be at least 50 cents"
+            if amount < MIN_AMOUNT
+            else "Amount must be no more than 999,999.99",
+            param="amount",
+            code="amount_too_small" if amount < MIN_AMOUNT else "amount_too_large",
+        )
+    currency = p.req_str("currency").lower()
+    customer_id = p.string("customer")
+    if customer_id is not None:
+        customer = sb.store.get("customer", customer_id)
+        if customer is None or customer.get("deleted"):
+            raise resource_missing("customer", customer_id, param="customer")
+    types = p.str_list("payment_method_types")
+    if types is not None and types != ["card"]:
+        raise invalid_request(
+            "The sandbox only implements payment_method_types=['card'].", param="payment_method_types"
+        )
+    automatic = p.sub("automatic_payment_methods")
+    if automatic is not None:
+        automatic.boolean("enabled")
+        automatic.enum("allow_redirects", ("always", "never"))
+    with sb.on_clock(sb.clock_of(customer_id)):
+        pm_id = p.string("payment_method")
+        pm = None if pm_id is None else call.payment_method(pm_id, "payment_method")
+        if pm is not None and pm["customer"] is not None and pm["customer"] != customer_id:
+            raise invalid_request(
+                f"The provided PaymentMethod {pm['id']} belongs to another customer.", param="payment_method"
+            )
+        pi = payments.new_payment_intent(
+            sb,
+            amount=amount,
+            currency=currency,
+            customer_id=customer_id,
+            pm=pm,
+            description=p.string("description"),
+            metadata=p.metadata() or {},
+        )
+        receipt_email = p.string("receipt_email")
+        if receipt_email is not None:
+            pi["receipt_email"] = receipt_email
+        if p.boolean("confirm"):
+            if pm is None:
+                raise invalid_request(
+                    "You cannot confirm this PaymentIntent because it's missing a payment method.",
+                    param="payment_method",
+                    code="payment_intent_unexpected_state",
+                )
+            _confirm(
+                call, pi, pm, off_session=bool(p.boolean("off_session")), return_url=p.string("return_url")
+            )
+    return pi
+
+
+def confirm_payment_intent(call: Call) -> Obj:
+    p, sb = call.params, call.sb
+    pi = sb.get("payment_intent", call.path["id"])
+    if pi["status"] not in ("requires_payment_method", "requires_confirmation"):
+        raise invalid_request(
+            f"This PaymentIntent's status is {pi['status']}; it cannot be confirmed.",
+            code="payment_intent_unexpected_state",
+        )
+    with sb.on_clock(sb.clock_of(pi["customer"])):
+        pm_id = p.string("payment_method") or pi["payment_method"]
+        if pm_id is None:
+            raise invalid_request(
+                "You cannot confirm this PaymentIntent because it's missing a payment method.",
+                param="payment_method",
+                code="payment_intent_unexpected_state",
+            )
+        pm = call.payment_method(pm_id, "payment_method")
+        _confirm(call, pi, pm, off_session=bool(p.boolean("off_session")), return_url=p.string("return_url"))
+    return pi
+
+
+def _confirm(call: Call, pi: Obj, pm: Obj, *, off_session: bool, return_url: str | None) -> None:
+    """Charge now, or ask for 3-D Secure; a decline answers 402 with the PaymentIntent, as Stripe's."""
+    sb = call.sb
+    card = sb.store.priv(pm["id"])["card"]
+    decline = decline_of(card)
+    if decline is None and payments.needs_authentication(sb, pm):
+        if not off_session:
+            payments.request_authentication(sb, pi, pm, return_url)
+            return
+        decline = billing.AUTHENTICATION_REQUIRED
+    payments.confirm(sb, pi, pm, decline)
+    if decline is not None:
+        sb.save()  # the failed attempt is kept, as on Stripe, although the request answers 402
+        raise StripeError(
+            402,
+            decline.message,
+            type_="card_error",
+            code=decline.code,
+            decline_code=decline.decline_code,
+            extra={"payment_intent": sb.snapshot(pi), "charge": pi["latest_charge"]},
+        )
 
 
 def list_customer_payment_methods(call: Call) -> Obj:

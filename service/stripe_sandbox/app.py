@@ -23,6 +23,7 @@ from . import (
     api_clocks,
     api_events,
     api_subscriptions,
+    challenge_page,
     checkout_page,
     portal_page,
     test_helpers,
@@ -87,7 +88,9 @@ def _api_routes() -> list[Route]:
         ("/v1/charges", "GET", api_billing.list_charges),
         ("/v1/charges/{id}", "GET", api_billing.retrieve_charge),
         ("/v1/payment_intents", "GET", api_billing.list_payment_intents),
+        ("/v1/payment_intents", "POST", api_subscriptions.create_payment_intent),
         ("/v1/payment_intents/{id}", "GET", api_billing.retrieve_payment_intent),
+        ("/v1/payment_intents/{id}/confirm", "POST", api_subscriptions.confirm_payment_intent),
         ("/v1/payment_methods/{id}", "GET", api_billing.retrieve_payment_method),
         ("/v1/payment_methods/{id}/attach", "POST", api_subscriptions.attach_payment_method),
         ("/v1/payment_methods/{id}/detach", "POST", api_subscriptions.detach_payment_method),
@@ -136,6 +139,8 @@ def create_sandbox_app(config: SandboxConfig) -> Starlette:
         Route("/c/pay/{id}", checkout_page.show, methods=["GET"]),
         Route("/c/pay/{id}", checkout_page.submit, methods=["POST"]),
         Route("/p/session/{secret}", portal_page.show, methods=["GET"]),
+        Route("/3ds/{pi}/{secret}", challenge_page.show, methods=["GET"]),
+        Route("/3ds/{pi}/{secret}", challenge_page.submit, methods=["POST"]),
         Route("/p/session/{secret}/subscriptions/{sub}/{action:str}", portal_page.change, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -15,7 +15,7 @@ from . import objects_billing as ob
 from .cards import RENEWAL_DECLINE, Decline, decline_of
 from .errors import StripeError, invalid_request
 from .ids import new_id
-from .payments import charge_card
+from .payments import confirm, needs_authentication, new_payment_intent, request_authentication
 from .sandbox import Sandbox
 
 Obj = dict[str, Any]
@@ -195,39 +195,66 @@ def _new_invoice(
     return invoice
 
 
+AUTHENTICATION_REQUIRED = Decline(
+    "authentication_required",
+    "authentication_required",
+    "Your card was declined. This transaction requires authentication.",
+)
+
+
 def _collect(sb: Sandbox, invoice: Obj, sub: Obj, pm: Obj | None = None) -> bool:
     """One payment attempt on an open invoice with `pm`, else the subscription's payment method."""
     pm = pm or payment_method_for(sb, sub)
     renewal = invoice["billing_reason"] != "subscription_create"
     decline: Decline | None
+    pi: Obj | None = None
+    invoice["attempted"] = True
+    invoice["attempt_count"] += 1
     if pm is None:
         decline = Decline("invoice_no_customer_source", None, "This customer has no attached payment source.")
     else:
         decline = decline_of(sb.store.priv(pm["id"])["card"])
         if decline is None and renewal and sb.store.priv(invoice["customer"]).get("fail_renewals"):
             decline = RENEWAL_DECLINE
-        description = "Subscription creation" if not renewal else "Subscription update"
-        pi, _ch = charge_card(
+        pi = new_payment_intent(
             sb,
             amount=invoice["amount_due"],
             currency=invoice["currency"],
             customer_id=invoice["customer"],
             pm=pm,
-            description=description,
-            decline=decline,
+            description="Subscription update" if renewal else "Subscription creation",
         )
-    now = sb.now()
-    invoice["attempted"] = True
-    invoice["attempt_count"] += 1
+        sb.store.priv(pi["id"])["invoice"] = invoice["id"]
+        if decline is None and needs_authentication(sb, pm):
+            if not renewal:  # on-session: the customer is sent through 3-D Secure
+                request_authentication(sb, pi, pm, None)
+                sb.store.priv(invoice["id"])["last_decline"] = [
+                    AUTHENTICATION_REQUIRED.code,
+                    AUTHENTICATION_REQUIRED.decline_code,
+                    AUTHENTICATION_REQUIRED.message,
+                ]
+                invoice["next_payment_attempt"] = None
+                sb.emit("invoice.payment_action_required", invoice)
+                return False
+            decline = AUTHENTICATION_REQUIRED
+        confirm(sb, pi, pm, decline)
     if decline is not None:
         sb.store.priv(invoice["id"])["last_decline"] = [decline.code, decline.decline_code, decline.message]
         retries = sb.config.renewal_retry_days
         if renewal and invoice["attempt_count"] <= len(retries):
-            invoice["next_payment_attempt"] = now + retries[invoice["attempt_count"] - 1] * DAY
+            invoice["next_payment_attempt"] = sb.now() + retries[invoice["attempt_count"] - 1] * DAY
         else:
             invoice["next_payment_attempt"] = None
         sb.emit("invoice.payment_failed", invoice)
         return False
+    assert pi is not None
+    record_payment(sb, invoice, pi)
+    return True
+
+
+def record_payment(sb: Sandbox, invoice: Obj, pi: Obj) -> None:
+    """`pi` succeeded for `invoice`: the invoice is paid."""
+    now = sb.now()
     payment = ob.invoice_payment(id_=new_id("inpay"), now=now, invoice=invoice, payment_intent_id=pi["id"])
     payment.update(amount_paid=invoice["amount_due"], status="paid")
     payment["status_transitions"]["paid_at"] = now
@@ -238,7 +265,39 @@ def _collect(sb: Sandbox, invoice: Obj, sub: Obj, pm: Obj | None = None) -> bool
     invoice["status_transitions"]["paid_at"] = now
     sb.emit("invoice.paid", invoice)
     sb.emit("invoice.payment_succeeded", invoice)
-    return True
+
+
+def authenticated(sb: Sandbox, pi: Obj, ok: bool) -> None:
+    """The cardholder passed (or failed) the 3-D Secure challenge for `pi`."""
+    pm = sb.get("payment_method", pi["payment_method"])
+    if not ok:
+        pi.update(
+            status="requires_payment_method",
+            next_action=None,
+            payment_method=None,
+            last_payment_error={
+                "type": "invalid_request_error",
+                "code": "payment_intent_authentication_failure",
+                "message": "The provided PaymentMethod has failed authentication. You can provide "
+                "payment_method_data or a new PaymentMethod to attempt to fulfill this PaymentIntent again.",
+                "payment_method": sb.snapshot(pm),
+            },
+        )
+        sb.emit("payment_intent.payment_failed", pi)
+        return
+    sb.store.priv(pm["id"])["authenticated"] = True
+    confirm(sb, pi, pm, decline_of(sb.store.priv(pm["id"])["card"]))
+    invoice_id = sb.store.priv(pi["id"]).get("invoice")
+    invoice = None if invoice_id is None else sb.store.get("invoice", invoice_id)
+    if pi["status"] != "succeeded" or invoice is None or invoice["status"] != "open":
+        return
+    record_payment(sb, invoice, pi)
+    sub_id = _sub_of(invoice)
+    sub = None if sub_id is None else sb.store.get("subscription", sub_id)
+    if sub is not None and sub["status"] in ("incomplete", "past_due") and not _open_invoices(sb, sub["id"]):
+        before = sb.snapshot(sub)
+        sub["status"] = "active"
+        sb.emit_updated("customer.subscription.updated", before, sub)
 
 
 def pay_invoice(sb: Sandbox, invoice: Obj, pm: Obj | None) -> Obj:

@@ -7,7 +7,7 @@ from typing import Any
 from . import objects_payments as op
 from .cards import Decline, behaviour_of, decline_of, magic_card
 from .errors import StripeError, invalid_request, resource_missing
-from .ids import new_id
+from .ids import new_id, new_secret
 from .sandbox import Sandbox
 
 Obj = dict[str, Any]
@@ -78,6 +78,100 @@ def detach(sb: Sandbox, pm: Obj) -> Obj:
     return pm
 
 
+def new_payment_intent(
+    sb: Sandbox,
+    *,
+    amount: int,
+    currency: str,
+    customer_id: str | None,
+    pm: Obj | None,
+    description: str | None,
+    metadata: dict[str, str] | None = None,
+) -> Obj:
+    """A PaymentIntent not yet confirmed; `payment_intent.created` carries it as it is now."""
+    pi = op.payment_intent(
+        id_=new_id("pi"),
+        now=sb.now(),
+        amount=amount,
+        currency=currency,
+        customer_id=customer_id,
+        description=description,
+    )
+    pi["metadata"] = dict(metadata or {})
+    if pm is not None:
+        pi.update(payment_method=pm["id"], status="requires_confirmation")
+    sb.store.put(pi)
+    sb.emit("payment_intent.created", pi)
+    return pi
+
+
+def needs_authentication(sb: Sandbox, pm: Obj) -> bool:
+    """A 3-D Secure card that was never authenticated by its holder."""
+    private = sb.store.priv(pm["id"])
+    return behaviour_of(private["card"]) == "authenticate" and not private.get("authenticated")
+
+
+def request_authentication(sb: Sandbox, pi: Obj, pm: Obj, return_url: str | None) -> Obj:
+    """Leave `pi` in `requires_action`, with a link to the sandbox's 3-D Secure challenge page."""
+    secret = new_secret()
+    sb.store.priv(pi["id"]).update(challenge=secret, return_url=return_url)
+    url = f"{sb.config.public_base_url.rstrip('/')}/3ds/{pi['id']}/{secret}"
+    pi.update(
+        payment_method=pm["id"],
+        status="requires_action",
+        next_action={"type": "redirect_to_url", "redirect_to_url": {"url": url, "return_url": return_url}},
+    )
+    sb.emit("payment_intent.requires_action", pi)
+    return pi
+
+
+def confirm(sb: Sandbox, pi: Obj, pm: Obj, decline: Decline | None) -> Obj:
+    """One charge attempt for `pi` with `pm`; returns the charge and emits what Stripe emits."""
+    now = sb.now()
+    card = sb.store.priv(pm["id"])["card"]
+    amount = int(pi["amount"])
+    failure = (
+        None if decline is None else (decline.code, decline.decline_code or decline.code, decline.message)
+    )
+    ch = op.charge(
+        id_=new_id("ch"),
+        now=now,
+        amount=amount,
+        currency=pi["currency"],
+        customer_id=pi["customer"],
+        payment_intent_id=pi["id"],
+        payment_method_id=pm["id"],
+        card=card,
+        email=pm["billing_details"]["email"],
+        name=pm["billing_details"]["name"],
+        failure=failure,
+        description=pi["description"],
+    )
+    pi.update(latest_charge=ch["id"], payment_method=pm["id"], next_action=None)
+    if decline is None:
+        pi.update(status="succeeded", amount_received=amount, last_payment_error=None)
+    else:
+        pi["last_payment_error"] = {
+            "type": "card_error",
+            "code": decline.code,
+            "decline_code": decline.decline_code,
+            "message": decline.message,
+            "charge": ch["id"],
+            "payment_method": sb.snapshot(pm),
+        }
+        pi.update(payment_method=None, status="requires_payment_method")
+    sb.store.put(ch)
+    if decline is None:
+        sb.emit("charge.succeeded", ch)
+        sb.emit("payment_intent.succeeded", pi)
+        if behaviour_of(card) == "dispute":
+            open_dispute(sb, ch, "fraudulent")
+    else:
+        sb.emit("charge.failed", ch)
+        sb.emit("payment_intent.payment_failed", pi)
+    return ch
+
+
 def charge_card(
     sb: Sandbox,
     *,
@@ -90,60 +184,16 @@ def charge_card(
     metadata: dict[str, str] | None = None,
 ) -> tuple[Obj, Obj]:
     """A PaymentIntent with one charge attempt; emits the charge and payment_intent events."""
-    now = sb.now()
-    card = sb.store.priv(pm["id"])["card"]
-    pi = op.payment_intent(
-        id_=new_id("pi"),
-        now=now,
+    pi = new_payment_intent(
+        sb,
         amount=amount,
         currency=currency,
         customer_id=customer_id,
+        pm=pm,
         description=description,
+        metadata=metadata,
     )
-    pi["metadata"] = dict(metadata or {})
-    pi["payment_method"] = pm["id"]
-    failure = (
-        None if decline is None else (decline.code, decline.decline_code or decline.code, decline.message)
-    )
-    ch = op.charge(
-        id_=new_id("ch"),
-        now=now,
-        amount=amount,
-        currency=currency,
-        customer_id=customer_id,
-        payment_intent_id=pi["id"],
-        payment_method_id=pm["id"],
-        card=card,
-        email=pm["billing_details"]["email"],
-        name=pm["billing_details"]["name"],
-        failure=failure,
-        description=description,
-    )
-    pi["latest_charge"] = ch["id"]
-    if decline is None:
-        pi.update(status="succeeded", amount_received=amount)
-    else:
-        pi["last_payment_error"] = {
-            "type": "card_error",
-            "code": decline.code,
-            "decline_code": decline.decline_code,
-            "message": decline.message,
-            "charge": ch["id"],
-            "payment_method": sb.snapshot(pm),
-        }
-        pi["payment_method"] = None
-    sb.store.put(pi)
-    sb.store.put(ch)
-    sb.emit("payment_intent.created", pi)
-    if decline is None:
-        sb.emit("charge.succeeded", ch)
-        sb.emit("payment_intent.succeeded", pi)
-        if behaviour_of(card) == "dispute":
-            open_dispute(sb, ch, "fraudulent")
-    else:
-        sb.emit("charge.failed", ch)
-        sb.emit("payment_intent.payment_failed", pi)
-    return pi, ch
+    return pi, confirm(sb, pi, pm, decline)
 
 
 def refund_charge(

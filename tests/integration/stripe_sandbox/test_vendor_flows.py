@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 import stripe
 
@@ -367,3 +368,98 @@ async def test_checkout_accepts_a_trial(vendor: Vendor) -> None:
     )
     assert paid.subscription.status == "trialing"
     assert paid.subscription.trial_end - paid.subscription.trial_start == 14 * DAY
+
+
+# Payment intents and 3-D Secure ---------------------------------------------------------------
+
+NO_REDIRECTS = {"enabled": True, "allow_redirects": "never"}
+
+
+async def test_payment_intent_confirmed_with_test_cards(vendor: Vendor) -> None:
+    paid = await vendor.client.v1.payment_intents.create_async(
+        params={
+            "amount": 2000,
+            "currency": "usd",
+            "payment_method": "pm_card_visa",
+            "confirm": True,
+            "automatic_payment_methods": NO_REDIRECTS,
+        }
+    )
+    assert paid.status == "succeeded" and paid.amount_received == 2000
+    with pytest.raises(stripe.CardError) as info:
+        await vendor.client.v1.payment_intents.create_async(
+            params={
+                "amount": 2000,
+                "currency": "usd",
+                "payment_method": "pm_card_chargeDeclinedInsufficientFunds",
+                "confirm": True,
+                "automatic_payment_methods": NO_REDIRECTS,
+            }
+        )
+    assert info.value.code == "card_declined"
+    failed = info.value.error.payment_intent if info.value.error else None
+    assert failed is not None and failed.status == "requires_payment_method"
+    later = await vendor.client.v1.payment_intents.create_async(
+        params={"amount": 700, "currency": "usd", "automatic_payment_methods": NO_REDIRECTS}
+    )
+    assert later.status == "requires_payment_method"
+    confirmed = await vendor.client.v1.payment_intents.confirm_async(
+        later.id, params={"payment_method": "pm_card_mastercard"}
+    )
+    assert confirmed.status == "succeeded"
+
+
+async def _challenge(vendor: Vendor, url: str, action: str) -> httpx.Response:
+    """What the cardholder does on the 3-D Secure page (the sandbox's; Stripe's needs a browser)."""
+    vendor.sandbox()
+    async with httpx.AsyncClient() as browser:
+        shown = await browser.get(url)
+        assert shown.status_code == 200 and "Complete" in shown.text
+        return await browser.post(url, data={"action": action})
+
+
+async def test_three_d_secure_card_asks_for_a_challenge(vendor: Vendor) -> None:
+    params = {
+        "amount": 2500,
+        "currency": "usd",
+        "payment_method": "pm_card_authenticationRequired",
+        "confirm": True,
+        "return_url": "https://app.example/return",
+    }
+    pi = await vendor.client.v1.payment_intents.create_async(params=params)
+    assert pi.status == "requires_action"
+    assert pi.next_action is not None and pi.next_action.type == "redirect_to_url"
+    vendor.sandbox()
+    done = await _challenge(vendor, pi.next_action.redirect_to_url.url, "complete")
+    assert done.status_code == 303
+    assert done.headers["location"].startswith("https://app.example/return?payment_intent=" + pi.id)
+    assert "redirect_status=succeeded" in done.headers["location"]
+    assert (await vendor.client.v1.payment_intents.retrieve_async(pi.id)).status == "succeeded"
+    refused = await vendor.client.v1.payment_intents.create_async(params=params)
+    await _challenge(vendor, refused.next_action.redirect_to_url.url, "fail")
+    after = await vendor.client.v1.payment_intents.retrieve_async(refused.id)
+    assert after.status == "requires_payment_method"
+    assert after.last_payment_error.code == "payment_intent_authentication_failure"
+
+
+async def test_subscription_with_a_three_d_secure_card_waits_for_the_customer(vendor: Vendor) -> None:
+    price = await recurring_price(vendor)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "payment_method": "pm_card_authenticationRequired",
+            "invoice_settings": {"default_payment_method": "pm_card_authenticationRequired"},
+        }
+    )
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={
+            "customer": customer.id,
+            "items": [{"price": price.id}],
+            "payment_behavior": "allow_incomplete",
+        }
+    )
+    assert sub.status == "incomplete"
+    vendor.sandbox()
+    [pi] = (await vendor.client.v1.payment_intents.list_async(params={"customer": customer.id})).data
+    assert pi.status == "requires_action"
+    await _challenge(vendor, pi.next_action.redirect_to_url.url, "complete")
+    assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).status == "active"
