@@ -189,6 +189,7 @@ def serve_sandbox(settings: Settings, host: str, port: int, webhook_urls: list[s
             persist_path=settings.stripe_sandbox_state_file,
             adversarial=settings.stripe_sandbox_adversarial,
             webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
+            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
         )
     )
     uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())

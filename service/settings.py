@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     stripe_sandbox_adversarial: bool = False
     # The sandbox's webhook retries: Stripe's shape within minutes, or Stripe's own days.
     stripe_sandbox_webhook_retry_schedule: Literal["compressed", "stripe"] = "compressed"
+    # Deliver the sandbox's webhooks in emission order (Stripe's order varies).
+    stripe_sandbox_webhook_ordered: bool = False
 
     plans_file: Path = DEFAULT_PLANS_FILE
     # Tool packages, `module:attribute` each; installed packages may also advertise `paid_mcp.tools`.

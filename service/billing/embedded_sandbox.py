@@ -35,6 +35,7 @@ async def embedded_sandbox(settings: Settings) -> AsyncIterator[EmbeddedSandbox]
             persist_path=settings.stripe_sandbox_state_file,
             adversarial=settings.stripe_sandbox_adversarial,
             webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
+            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
         )
     )
     async with serve_in_background(app, sock):

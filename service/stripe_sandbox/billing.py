@@ -100,6 +100,10 @@ def start_subscription(
         sb, sub, customer, "subscription_create", now, now, extra, trial=trial_end is not None
     )
     sub["latest_invoice"] = invoice["id"]
+    # The creation event carries the subscription as created (incomplete or trialing); becoming
+    # active is the `customer.subscription.updated` that follows, as on Stripe.
+    sb.emit("customer.subscription.created", sub)
+    before = sb.snapshot(sub)
     if trial_end is not None or invoice["amount_due"] == 0:
         _mark_paid(sb, invoice)
         if sub["status"] == "incomplete":
@@ -110,7 +114,7 @@ def start_subscription(
         elif payment_behavior == "error_if_incomplete":
             decline = sb.store.priv(invoice["id"]).get("last_decline") or RENEWAL_DECLINE_ARGS
             raise StripeError(402, decline[2], type_="card_error", code=decline[0], decline_code=decline[1])
-    sb.emit("customer.subscription.created", sub)
+    sb.emit_updated("customer.subscription.updated", before, sub)
     return sub, invoice
 
 
@@ -120,10 +124,12 @@ RENEWAL_DECLINE_ARGS = ("card_declined", "generic_decline", "Your card was decli
 def _mark_paid(sb: Sandbox, invoice: Obj) -> None:
     """A zero-amount invoice (a trial's first one) is paid without a payment."""
     now = sb.now()
+    before = sb.snapshot(invoice)
     invoice.update(
         status="paid", amount_paid=0, amount_remaining=0, attempted=True, next_payment_attempt=None
     )
     invoice["status_transitions"]["paid_at"] = now
+    sb.emit_updated("invoice.updated", before, invoice)
     sb.emit("invoice.paid", invoice)
     sb.emit("invoice.payment_succeeded", invoice)
 
@@ -259,10 +265,12 @@ def record_payment(sb: Sandbox, invoice: Obj, pi: Obj) -> None:
     payment.update(amount_paid=invoice["amount_due"], status="paid")
     payment["status_transitions"]["paid_at"] = now
     sb.store.put(payment)
+    before = sb.snapshot(invoice)
     invoice.update(
         status="paid", amount_paid=invoice["amount_due"], amount_remaining=0, next_payment_attempt=None
     )
     invoice["status_transitions"]["paid_at"] = now
+    sb.emit_updated("invoice.updated", before, invoice)
     sb.emit("invoice.paid", invoice)
     sb.emit("invoice.payment_succeeded", invoice)
 

@@ -227,6 +227,8 @@ def _pay_session(
     # The hosted page stands for the whole Checkout flow, 3-D Secure challenge included: a card that
     # asks for it is taken as authenticated by the customer here.
     sb.store.priv(pm["id"])["authenticated"] = True
+    if customer is not None:
+        sb.emit("payment_method.attached", pm)
     before = sb.snapshot(session)
     items = [(sb.get("price", e["price"]), int(e["quantity"])) for e in private["line_items"]]
     if session["mode"] == "subscription":

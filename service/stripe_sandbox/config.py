@@ -57,9 +57,11 @@ class SandboxConfig:
     # Checkout sessions expire after 24 hours by default, like Stripe's.
     checkout_session_ttl: int = 24 * 3600
 
-    # Events of one API request are sent in the order they were emitted when true; otherwise
-    # their deliveries are shuffled, since Stripe does not guarantee delivery order.
+    # Stripe does not guarantee delivery order: each delivery waits a random moment of up to
+    # `webhook_order_jitter` seconds, so events emitted together arrive in varying order.
+    # `webhook_ordered=True` sends them in the order they were emitted.
     webhook_ordered: bool = False
+    webhook_order_jitter: float = 0.05
 
     extra_allowed_keys: tuple[str, ...] = field(default=())
     """Further secret keys accepted besides `api_key` (e.g. a restricted key in tests)."""

@@ -116,6 +116,8 @@ class WebhookDispatcher:
         now = time.monotonic()
         for endpoint_id in endpoint_ids:
             delay = 0.0
+            if not self._config.webhook_ordered:
+                delay = self._rng.uniform(0, self._config.webhook_order_jitter)
             if self._config.adversarial:
                 delay = self._rng.uniform(0, self._config.adversarial_max_delay)
             self._seq += 1

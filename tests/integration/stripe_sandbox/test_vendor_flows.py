@@ -463,3 +463,68 @@ async def test_subscription_with_a_three_d_secure_card_waits_for_the_customer(ve
     assert pi.status == "requires_action"
     await _challenge(vendor, pi.next_action.redirect_to_url.url, "complete")
     assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).status == "active"
+
+
+# Events as Stripe sends them ------------------------------------------------------------------
+
+
+async def _events_about(vendor: Vendor, type_: str, object_id: str) -> list[Any]:
+    async def found() -> list[Any]:
+        page = await vendor.client.v1.events.list_async(params={"type": type_, "limit": 100})
+        return [e for e in page.data if e.data.object.id == object_id]
+
+    result: list[Any] = await until(found)
+    return result
+
+
+async def test_creation_events_carry_the_object_as_created(vendor: Vendor) -> None:
+    price = await recurring_price(vendor)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    pm_id = customer.invoice_settings.default_payment_method
+    [attached] = await _events_about(vendor, "payment_method.attached", str(pm_id))
+    assert attached.data.object.customer == customer.id
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}]}
+    )
+    [created] = await _events_about(vendor, "customer.subscription.created", sub.id)
+    assert created.data.object.status == "incomplete"
+    [activated] = await _events_about(vendor, "customer.subscription.updated", sub.id)
+    assert activated.data.object.status == "active"
+    assert activated.data.previous_attributes.status == "incomplete"
+    [charge] = (await vendor.client.v1.charges.list_async(params={"customer": customer.id})).data
+    [pi_created] = await _events_about(vendor, "payment_intent.created", str(charge.payment_intent))
+    assert pi_created.data.object.status != "succeeded"
+    [pi_succeeded] = await _events_about(vendor, "payment_intent.succeeded", str(charge.payment_intent))
+    assert pi_succeeded.data.object.status == "succeeded"
+
+
+async def test_delivery_order_varies_unless_fixed(vendor: Vendor) -> None:
+    vendor.sandbox()
+    for ordered in (False, True):
+        receiver = Receiver()
+        async with sandbox_env(receiver, webhook_ordered=ordered, adversarial_seed=3) as env:
+            price = await recurring_price(Vendor(env.client, env))
+            customer = await env.client.v1.customers.create_async(
+                params={
+                    "payment_method": "pm_card_visa",
+                    "invoice_settings": {"default_payment_method": "pm_card_visa"},
+                }
+            )
+            before = {e.id async for e in (await env.client.v1.events.list_async()).auto_paging_iter()}
+            # One request, about ten events: the subscription, its invoice and its payment.
+            await env.client.v1.subscriptions.create_async(
+                params={"customer": customer.id, "items": [{"price": price.id}]}
+            )
+            listed = [e async for e in (await env.client.v1.events.list_async()).auto_paging_iter()]
+            emitted = [e.id for e in reversed(listed) if e.id not in before]
+            assert len(emitted) >= 8
+            wanted = set(emitted)
+            await receiver.wait_for(lambda r, wanted=wanted: wanted <= {e.id for e in r.events})
+            delivered = [e.id for e in receiver.events if e.id in wanted]
+            assert sorted(delivered) == sorted(emitted)
+            assert (delivered == emitted) is ordered
