@@ -80,6 +80,8 @@ def _api_routes() -> list[Route]:
         ("/v1/subscriptions/{id}", "POST", api_billing.update_subscription),
         ("/v1/subscriptions/{id}", "DELETE", api_billing.cancel_subscription),
         ("/v1/invoices", "GET", api_billing.list_invoices),
+        ("/v1/invoices/create_preview", "POST", api_billing.create_preview),
+        ("/v1/subscription_items", "GET", api_billing.list_subscription_items),
         ("/v1/invoices/{id}", "GET", api_billing.retrieve_invoice),
         ("/v1/invoices/{id}/lines", "GET", api_billing.list_invoice_lines),
         ("/v1/invoices/{id}/pay", "POST", api_subscriptions.pay_invoice),

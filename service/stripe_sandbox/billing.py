@@ -12,6 +12,7 @@ import datetime as dt
 from typing import Any
 
 from . import objects_billing as ob
+from . import plan_changes
 from .cards import RENEWAL_DECLINE, Decline, decline_of
 from .errors import StripeError, invalid_request
 from .ids import new_id
@@ -157,8 +158,13 @@ def _new_invoice(
     extra_items: list[Obj] | None = None,
     *,
     trial: bool = False,
+    only_lines: list[Obj] | None = None,
+    preview: bool = False,
 ) -> Obj:
-    invoice_id = new_id("in")
+    """The next invoice of `sub`: its items for the current period plus the prorations it owes;
+    `only_lines` bills just those lines (an immediate proration invoice). A `preview` is built,
+    not stored, numbered or announced."""
+    invoice_id = new_id("upcoming_in") if preview else new_id("in")
     item_start, item_end = _period(sub)
     lines = [
         ob.invoice_line(
@@ -171,6 +177,15 @@ def _new_invoice(
         )
         for item in sub["items"]["data"]
     ]
+    if only_lines is not None:
+        lines = only_lines
+    elif not trial and reason == "subscription_cycle":
+        pending = plan_changes.pending_lines(sb, sub["id"])
+        lines = [*pending, *lines]
+        if not preview:
+            pending.clear()
+    for line in lines:
+        line["invoice"] = invoice_id
     if trial:
         for line in lines:
             line.update(amount=0, subtotal=0, description=f"Trial period for {line['description']}")
@@ -181,7 +196,8 @@ def _new_invoice(
         line["parent"]["subscription_item_details"]["subscription_item"] = None
         lines.append(line)
     sequence = customer["next_invoice_sequence"]
-    customer["next_invoice_sequence"] = sequence + 1
+    if not preview:
+        customer["next_invoice_sequence"] = sequence + 1
     invoice = ob.invoice(
         id_=invoice_id,
         now=sb.now(),
@@ -195,6 +211,12 @@ def _new_invoice(
     )
     invoice["test_clock"] = customer.get("test_clock")
     invoice["footer"] = customer["invoice_settings"].get("footer")
+    if invoice["amount_due"] < 0:  # a net credit: nothing to pay (the sandbox keeps no balance)
+        invoice.update(amount_due=0, amount_remaining=0)
+    if preview:
+        invoice.update(id=None, number=None, status="draft")
+        invoice["status_transitions"]["finalized_at"] = None
+        return invoice
     sb.store.put(invoice)
     sb.emit("invoice.created", invoice)
     sb.emit("invoice.finalized", invoice)
@@ -516,3 +538,67 @@ def advance_to(sb: Sandbox, target: int, clock_id: str | None = None) -> None:
         sb.clock.set_now(target)
         if clock_id is None:
             sb.due_hint = (sb.epoch, due[0] if due is not None else None)
+
+
+def change_items(sb: Sandbox, sub: Obj, new_items: list[Obj], behavior: str, at: int) -> Obj | None:
+    """Apply a plan change; bill its prorations now (`always_invoice`) or with the next invoice.
+
+    Returns the invoice made now, if any."""
+    lines = plan_changes.apply(sb, sub, new_items, behavior, at)
+    if not lines:
+        return None
+    if behavior != "always_invoice":
+        plan_changes.pending_lines(sb, sub["id"]).extend(lines)
+        return None
+    customer = sb.get("customer", sub["customer"])
+    invoice = _new_invoice(sb, sub, customer, "subscription_update", at, at, only_lines=lines)
+    sub["latest_invoice"] = invoice["id"]
+    if invoice["amount_due"] == 0:
+        _mark_paid(sb, invoice)
+    else:
+        _collect(sb, invoice, sub)
+    return invoice
+
+
+def _next_period(sub: Obj) -> None:
+    """Move a (copied) subscription's items to their next period, as a renewal would."""
+    anchor = _day(sub["billing_cycle_anchor"])
+    for item in sub["items"]["data"]:
+        recurring = item["price"]["recurring"]
+        end = item["current_period_end"]
+        item["current_period_start"] = end
+        item["current_period_end"] = add_interval(
+            end, recurring["interval"], recurring["interval_count"], anchor
+        )
+
+
+def preview_invoice(sb: Sandbox, sub: Obj, new_items: list[Obj] | None, behavior: str, at: int) -> Obj:
+    """What `invoices.create_preview` shows: the prorations of a change as of `at`, or the next
+    renewal (with pending prorations) when no change is previewed."""
+    customer = sb.get("customer", sub["customer"])
+    start, end = _period(sub)
+    planned = sb.snapshot(sub)
+    if new_items is None:
+        _next_period(planned)
+        return _new_invoice(sb, planned, customer, "subscription_cycle", start, end, preview=True)
+    lines = [] if behavior == "none" else plan_changes.proration_lines(sb, planned, new_items, at)
+    planned["items"]["data"] = sb.snapshot({"items": new_items})["items"]
+    if behavior == "always_invoice":
+        return _new_invoice(
+            sb, planned, customer, "subscription_update", at, at, only_lines=lines, preview=True
+        )
+    _next_period(planned)
+    upcoming = _new_invoice(sb, planned, customer, "subscription_cycle", start, end, preview=True)
+    for line in lines:
+        line["invoice"] = None
+    upcoming["lines"]["data"] = [*lines, *upcoming["lines"]["data"]]
+    total = sum(int(line["amount"]) for line in upcoming["lines"]["data"])
+    upcoming.update(
+        subtotal=total,
+        total=total,
+        subtotal_excluding_tax=total,
+        total_excluding_tax=total,
+        amount_due=max(total, 0),
+        amount_remaining=max(total, 0),
+    )
+    return upcoming

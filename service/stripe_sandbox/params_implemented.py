@@ -64,6 +64,13 @@ _SUBSCRIPTION_UPDATE = (
     *_CANCELLATION,
     "description",
     *_META,
+    "items.#.id",
+    "items.#.price",
+    "items.#.quantity",
+    "items.#.deleted",
+    "proration_behavior",
+    "proration_date",
+    "default_payment_method",
 )
 _PREVIEW = (
     "customer",
@@ -147,6 +154,8 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
     "GET /v1/subscriptions/search": ("query", "limit"),
     "POST /v1/subscriptions/{id}": _SUBSCRIPTION_UPDATE,
     "DELETE /v1/subscriptions/{id}": _CANCELLATION,
+    "GET /v1/subscription_items": ("subscription", *_PAGE),
+    "POST /v1/invoices/create_preview": _PREVIEW,
     "GET /v1/invoices": ("customer", "status", "collection_method", "subscription", *_LIST),
     "GET /v1/invoices/{id}/lines": _PAGE,
     "POST /v1/invoices/{id}/pay": ("payment_method",),

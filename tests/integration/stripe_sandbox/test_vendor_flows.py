@@ -528,3 +528,79 @@ async def test_delivery_order_varies_unless_fixed(vendor: Vendor) -> None:
             delivered = [e.id for e in receiver.events if e.id in wanted]
             assert sorted(delivered) == sorted(emitted)
             assert (delivered == emitted) is ordered
+
+
+# Plan changes ---------------------------------------------------------------------------------
+
+
+def prorated(amount: int, left: int, whole: int) -> int:
+    return round(amount * left / whole)
+
+
+async def test_upgrade_prorates_onto_the_next_invoice(vendor: Vendor, clock: Any) -> None:
+    basic = await recurring_price(vendor, amount=1000)
+    premium = await recurring_price(vendor, amount=3000)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "test_clock": clock.id,
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": basic.id}]}
+    )
+    item = sub["items"].data[0]
+    start, end = item.current_period_start, item.current_period_end
+    at = start + 10 * DAY
+    await advance(vendor, clock.id, at)
+    change = {"items": [{"id": item.id, "price": premium.id}], "proration_date": at}
+    preview = await vendor.client.v1.invoices.create_preview_async(
+        params={"customer": customer.id, "subscription": sub.id, "subscription_details": change}
+    )
+    left, whole = end - at, end - start
+    credit, charge = -prorated(1000, left, whole), prorated(3000, left, whole)
+    prorations = [
+        line.amount for line in preview.lines.data if line.parent.subscription_item_details.proration
+    ]
+    assert sorted(prorations) == [credit, charge]
+    assert preview.amount_due == credit + charge + 3000
+    updated = await vendor.client.v1.subscriptions.update_async(sub.id, params=change)
+    assert updated["items"].data[0].price.id == premium.id and updated["items"].data[0].id == item.id
+    await advance(vendor, clock.id, end + DAY)
+    [renewal, _first] = (await vendor.client.v1.invoices.list_async(params={"subscription": sub.id})).data
+    assert renewal.amount_paid == credit + charge + 3000 and renewal.status == "paid"
+
+
+async def test_downgrade_invoiced_at_once_is_a_credit(vendor: Vendor, clock: Any) -> None:
+    basic = await recurring_price(vendor, amount=1000)
+    premium = await recurring_price(vendor, amount=3000)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "test_clock": clock.id,
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": premium.id}]}
+    )
+    item = sub["items"].data[0]
+    updated = await vendor.client.v1.subscriptions.update_async(
+        sub.id,
+        params={
+            "items": [{"id": item.id, "price": basic.id}],
+            "proration_behavior": "always_invoice",
+            "expand": ["latest_invoice"],
+        },
+    )
+    invoice = updated.latest_invoice
+    assert invoice.billing_reason == "subscription_update" and invoice.amount_due == 0
+    assert sum(line.amount for line in invoice.lines.data) < 0
+    items = await vendor.client.v1.subscription_items.list_async(params={"subscription": sub.id})
+    assert [(i.id, i.price.id) for i in items.data] == [(item.id, basic.id)]
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await vendor.client.v1.subscriptions.update_async(
+            sub.id, params={"items": [{"id": "si_missing", "price": premium.id}]}
+        )
+    assert info.value.param == "items[0][id]"
