@@ -143,6 +143,11 @@ def create_sandbox_app(config: SandboxConfig) -> Starlette:
         Route("/p/session/{secret}", portal_page.show, methods=["GET"]),
         Route("/3ds/{pi}/{secret}", challenge_page.show, methods=["GET"]),
         Route("/3ds/{pi}/{secret}", challenge_page.submit, methods=["POST"]),
+        Route("/p/session/{secret}/flow", portal_page.start_flow, methods=["GET"]),
+        Route("/p/session/{secret}/payment-method", portal_page.show_payment_method, methods=["GET"]),
+        Route("/p/session/{secret}/payment-method", portal_page.submit_payment_method, methods=["POST"]),
+        Route("/p/session/{secret}/subscriptions/{sub}/update", portal_page.show_update, methods=["GET"]),
+        Route("/p/session/{secret}/subscriptions/{sub}/update", portal_page.submit_update, methods=["POST"]),
         Route("/p/session/{secret}/subscriptions/{sub}/{action:str}", portal_page.change, methods=["POST"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

@@ -604,3 +604,118 @@ async def test_downgrade_invoiced_at_once_is_a_credit(vendor: Vendor, clock: Any
             sub.id, params={"items": [{"id": "si_missing", "price": premium.id}]}
         )
     assert info.value.param == "items[0][id]"
+
+
+# Billing portal -------------------------------------------------------------------------------
+
+
+async def _subscribed_with_card(vendor: Vendor, amount: int = 1000) -> tuple[Any, Any]:
+    price = await recurring_price(vendor, amount=amount)
+    customer = await vendor.client.v1.customers.create_async(
+        params={
+            "email": f"{vendor.tag()}@example.com",
+            "payment_method": "pm_card_visa",
+            "invoice_settings": {"default_payment_method": "pm_card_visa"},
+        }
+    )
+    sub = await vendor.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}]}
+    )
+    return customer, sub
+
+
+async def test_portal_switches_plans_and_cards(vendor: Vendor) -> None:
+    vendor.sandbox()  # the portal's pages need a browser on Stripe
+    customer, sub = await _subscribed_with_card(vendor)
+    premium = await recurring_price(vendor, amount=3000)
+    portal = await vendor.client.v1.billing_portal.sessions.create_async(
+        params={"customer": customer.id, "return_url": "https://app.example/account"}
+    )
+    async with httpx.AsyncClient() as browser:
+        home = await browser.get(portal.url)
+        assert "Update plan" in home.text and "visa •••• 4242" in home.text
+        update_url = f"{portal.url}/subscriptions/{sub.id}/update"
+        assert premium.id in (await browser.get(update_url)).text
+        switched = await browser.post(update_url, data={"price": premium.id})
+        assert switched.status_code == 303 and switched.headers["location"].endswith(
+            portal.url.split("//")[1][-40:]
+        )
+        saved = await browser.post(
+            f"{portal.url}/payment-method",
+            data={
+                "cardNumber": "5555 5555 5555 4444",
+                "cardExpiry": "12 / 40",
+                "cardCvc": "123",
+                "billingName": "A",
+            },
+        )
+        assert saved.status_code == 303
+        refused = await browser.post(
+            f"{portal.url}/payment-method",
+            data={
+                "cardNumber": "4000000000000002",
+                "cardExpiry": "12/40",
+                "cardCvc": "123",
+                "billingName": "A",
+            },
+        )
+        assert refused.status_code == 402 and "declined" in refused.text
+    after = await vendor.client.v1.subscriptions.retrieve_async(sub.id)
+    assert after["items"].data[0].price.id == premium.id
+    preview = await vendor.client.v1.invoices.create_preview_async(params={"subscription": sub.id})
+    assert any(line.parent.subscription_item_details.proration for line in preview.lines.data)
+    customer_now = await vendor.client.v1.customers.retrieve_async(customer.id)
+    card = await vendor.client.v1.payment_methods.retrieve_async(
+        str(customer_now.invoice_settings.default_payment_method)
+    )
+    assert card.card.brand == "mastercard" and after.default_payment_method == card.id
+
+
+async def test_portal_flow_data_deep_links(vendor: Vendor) -> None:
+    vendor.sandbox()
+    customer, sub = await _subscribed_with_card(vendor)
+    sessions = vendor.client.v1.billing_portal.sessions
+    cancel = await sessions.create_async(
+        params={
+            "customer": customer.id,
+            "flow_data": {
+                "type": "subscription_cancel",
+                "subscription_cancel": {"subscription": sub.id},
+                "after_completion": {
+                    "type": "redirect",
+                    "redirect": {"return_url": "https://app.example/bye"},
+                },
+            },
+        }
+    )
+    assert cancel.flow is not None and cancel.flow.type == "subscription_cancel"
+    assert cancel.flow.subscription_cancel.subscription == sub.id
+    async with httpx.AsyncClient() as browser:
+        page = await browser.get(cancel.url)
+        assert page.status_code == 200 and "confirm-cancel" in page.text
+        action = page.text.split('action="')[1].split('"')[0]
+        done = await browser.post(
+            f"{cancel.url.split('/p/session/')[0]}{action[action.index('/p/session/') :]}"
+        )
+        assert done.status_code == 303 and done.headers["location"] == "https://app.example/bye"
+        assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).cancel_at_period_end is True
+        for kind, lands_on in (
+            ("subscription_update", "/update"),
+            ("payment_method_update", "/payment-method"),
+        ):
+            extra = {kind: {"subscription": sub.id}} if kind == "subscription_update" else {}
+            session = await sessions.create_async(
+                params={"customer": customer.id, "flow_data": {"type": kind, **extra}}
+            )
+            landed = await browser.get(session.url)
+            assert landed.status_code == 303 and landed.headers["location"].endswith(lands_on)
+    with pytest.raises(stripe.InvalidRequestError):
+        await sessions.create_async(
+            params={
+                "customer": customer.id,
+                "flow_data": {
+                    "type": "subscription_update",
+                    "subscription_update": {"subscription": "sub_missing"},
+                },
+            }
+        )
