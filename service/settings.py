@@ -82,6 +82,8 @@ class Settings(BaseSettings):
     stripe_sandbox_webhook_retry_schedule: Literal["compressed", "stripe"] = "compressed"
     # Deliver the sandbox's webhooks in emission order (Stripe's order varies).
     stripe_sandbox_webhook_ordered: bool = False
+    # Answer 429 past test mode's rate limit (25 requests a second), to exercise retry code.
+    stripe_sandbox_rate_limit: bool = False
 
     plans_file: Path = DEFAULT_PLANS_FILE
     # Tool packages, `module:attribute` each; installed packages may also advertise `paid_mcp.tools`.

@@ -36,6 +36,7 @@ async def embedded_sandbox(settings: Settings) -> AsyncIterator[EmbeddedSandbox]
             adversarial=settings.stripe_sandbox_adversarial,
             webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
             webhook_ordered=settings.stripe_sandbox_webhook_ordered,
+            rate_limit=settings.stripe_sandbox_rate_limit,
         )
     )
     async with serve_in_background(app, sock):

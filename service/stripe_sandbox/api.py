@@ -26,7 +26,9 @@ from .errors import (
     invalid_api_key,
     invalid_request,
     missing_api_key,
+    rate_limited,
     resource_missing,
+    unsupported_version,
 )
 from .forms import Params, parse_body, parse_query
 from .ids import new_id
@@ -107,6 +109,11 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
             raise missing_api_key()
         if key != sb.config.api_key and key not in sb.config.extra_allowed_keys:
             raise invalid_api_key(key)
+        asked_version = request.headers.get("stripe-version")
+        if asked_version is not None and asked_version != API_VERSION:
+            raise unsupported_version(asked_version, API_VERSION)
+        if sb.config.rate_limit and not sb.rate_limiter.allow(key):
+            raise rate_limited()
         body = await request.body()
         method = request.method.lower()
         sb.request_log.append((request.method, _route_path(request)))

@@ -333,3 +333,44 @@ def create_preview(call: Call) -> Obj:
 def list_subscription_items(call: Call) -> Obj:
     sub = call.sb.get("subscription", call.params.req_str("subscription"), param="subscription")
     return paginate(call.params, list(sub["items"]["data"]), call.route_path, "subscription_item")
+
+
+def retrieve_balance_transaction(call: Call) -> Obj:
+    return call.sb.get("balance_transaction", call.path["id"])
+
+
+def list_balance_transactions(call: Call) -> Obj:
+    p = call.params
+    items = call.sb.store.newest_first("balance_transaction")
+    for key in ("source", "type", "currency"):
+        value = p.string(key)
+        if value is not None:
+            items = [i for i in items if i[key] == value]
+    return paginate(p, created_filter(p, items), call.route_path, "balance_transaction")
+
+
+def update_dispute(call: Call) -> Obj:
+    p, sb = call.params, call.sb
+    dispute = sb.get("dispute", call.path["id"])
+    evidence: dict[str, str] = {}
+    given = p.sub("evidence")
+    if given is not None:
+        for key in payments.DISPUTE_EVIDENCE:
+            if given.has(key):
+                text = given.string(key, allow_empty=True) or ""
+                if len(text) > 20_000:
+                    raise invalid_request(
+                        "Evidence text can have up to 20000 characters.", param=given.param(key)
+                    )
+                evidence[key] = text
+    metadata = p.metadata()
+    with sb.on_clock(sb.clock_of(dispute.get("customer"))):
+        if metadata is not None:
+            dispute["metadata"] = merge_metadata(
+                dispute["metadata"], metadata, whole_cleared=p.raw("metadata") == ""
+            )
+        return payments.update_dispute(sb, dispute, evidence, bool(p.boolean("submit")))
+
+
+def close_dispute(call: Call) -> Obj:
+    return payments.close_dispute(call.sb, call.sb.get("dispute", call.path["id"]))

@@ -403,6 +403,13 @@ _CLAUSE = re.compile(
 )
 
 
+def _search_text(value: object) -> str:
+    """A field as the query language writes it: booleans are `true` / `false`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
 def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj:
     """Stripe's search query language, for the clauses the service can use: exact `field:'v'`
     and `metadata['k']:'v'`, joined by AND."""
@@ -416,7 +423,7 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
         if match["mkey"]:
             items = [o for o in items if o["metadata"].get(match["mkey"]) == match["value"]]
         else:
-            items = [o for o in items if str(o.get(match["field"])) == match["value"]]
+            items = [o for o in items if _search_text(o.get(match["field"])) == match["value"]]
     limit = call.params.integer("limit") or 10
     return {
         "object": "search_result",
@@ -429,3 +436,11 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
 
 def search_customers(call: Call) -> Obj:
     return search(call, "customer", "customer.search", ("email", "name", "phone"))
+
+
+def search_products(call: Call) -> Obj:
+    return search(call, "product", "product.search", ("active", "name", "description", "shippable", "url"))
+
+
+def search_prices(call: Call) -> Obj:
+    return search(call, "price", "price.search", ("active", "currency", "lookup_key", "product", "type"))

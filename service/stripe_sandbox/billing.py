@@ -16,7 +16,7 @@ from . import plan_changes
 from .cards import RENEWAL_DECLINE, Decline, decline_of
 from .errors import StripeError, invalid_request
 from .ids import new_id
-from .payments import confirm, needs_authentication, new_payment_intent, request_authentication
+from .payments import confirm, needs_authentication, new_payment_intent, page_url, request_authentication
 from .sandbox import Sandbox
 
 Obj = dict[str, Any]
@@ -218,6 +218,7 @@ def _new_invoice(
         invoice["status_transitions"]["finalized_at"] = None
         return invoice
     sb.store.put(invoice)
+    invoice["hosted_invoice_url"] = page_url(sb, "i", invoice_id)
     sb.emit("invoice.created", invoice)
     sb.emit("invoice.finalized", invoice)
     return invoice

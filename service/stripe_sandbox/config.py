@@ -63,6 +63,11 @@ class SandboxConfig:
     webhook_ordered: bool = False
     webhook_order_jitter: float = 0.05
 
+    # Optional rate limiting like test mode's (25 requests a second per key): 429 with Stripe's
+    # `rate_limit` error, so a vendor's retry code gets exercised. Off by default.
+    rate_limit: bool = False
+    rate_limit_per_second: int = 25
+
     extra_allowed_keys: tuple[str, ...] = field(default=())
     """Further secret keys accepted besides `api_key` (e.g. a restricted key in tests)."""
 

@@ -407,5 +407,7 @@ ALLOWED: dict[str, frozenset[str]] = {
         ["created", "customer", "customer_account", "ending_before", "expand", "limit", "starting_after"]
     ),
     "customer.search": frozenset(["expand", "limit", "page", "query"]),
+    "product.search": frozenset(["expand", "limit", "page", "query"]),
+    "price.search": frozenset(["expand", "limit", "page", "query"]),
     "subscription.search": frozenset(["expand", "limit", "page", "query"]),
 }

@@ -78,6 +78,31 @@ def detach(sb: Sandbox, pm: Obj) -> Obj:
     return pm
 
 
+def record_balance(
+    sb: Sandbox, *, amount: int, currency: str, fee: int, source: str, kind: str, description: str | None
+) -> str:
+    """A balance transaction for money that moved; returns its id."""
+    txn = op.balance_transaction(
+        id_=new_id("txn"),
+        now=sb.now(),
+        amount=amount,
+        currency=currency,
+        fee=fee,
+        source=source,
+        kind=kind,
+        description=description,
+    )
+    sb.store.put(txn)
+    return str(txn["id"])
+
+
+def page_url(sb: Sandbox, kind: str, object_id: str) -> str:
+    """A hosted page for one object (receipt, invoice), behind an unguessable secret."""
+    secret = new_secret()
+    sb.store.priv(object_id)[f"{kind}_secret"] = secret
+    return f"{sb.config.public_base_url.rstrip('/')}/{kind}/{object_id}/{secret}"
+
+
 def new_payment_intent(
     sb: Sandbox,
     *,
@@ -160,6 +185,17 @@ def confirm(sb: Sandbox, pi: Obj, pm: Obj, decline: Decline | None) -> Obj:
             "payment_method": sb.snapshot(pm),
         }
         pi.update(payment_method=None, status="requires_payment_method")
+    if decline is None:
+        ch["balance_transaction"] = record_balance(
+            sb,
+            amount=amount,
+            currency=pi["currency"],
+            fee=op.card_fee(amount),
+            source=ch["id"],
+            kind="charge",
+            description=pi["description"],
+        )
+        ch["receipt_url"] = page_url(sb, "receipts", ch["id"])
     sb.store.put(ch)
     if decline is None:
         sb.emit("charge.succeeded", ch)
@@ -216,6 +252,15 @@ def refund_charge(
             code="amount_too_large",
         )
     refund = op.refund(id_=new_id("re"), now=sb.now(), ch=ch, amount=amount, reason=reason, metadata=metadata)
+    refund["balance_transaction"] = record_balance(
+        sb,
+        amount=-amount,
+        currency=ch["currency"],
+        fee=0,
+        source=refund["id"],
+        kind="refund",
+        description="REFUND FOR CHARGE",
+    )
     sb.store.put(refund)
     before = sb.snapshot(ch)
     ch["amount_refunded"] += amount
@@ -237,7 +282,57 @@ def open_dispute(sb: Sandbox, ch: Obj, reason: str) -> Obj:
     dispute = op.dispute(
         id_=new_id("dp"), now=sb.now(), ch=ch, reason=reason, amount=ch["amount"] - ch["amount_refunded"]
     )
+    withdrawn = record_balance(
+        sb,
+        amount=-dispute["amount"],
+        currency=ch["currency"],
+        fee=1500,
+        source=dispute["id"],
+        kind="adjustment",
+        description=f"Chargeback withdrawal for {ch['id']}",
+    )
+    dispute["balance_transactions"] = [sb.snapshot(sb.get("balance_transaction", withdrawn))]
     sb.store.put(dispute)
     ch["disputed"] = True
     sb.emit("charge.dispute.created", dispute)
+    return dispute
+
+
+DISPUTE_EVIDENCE = ("uncategorized_text", "product_description")
+
+
+def update_dispute(sb: Sandbox, dispute: Obj, evidence: dict[str, str], submit: bool) -> Obj:
+    """Evidence, and its submission; in test mode `winning_evidence` / `losing_evidence` as the
+    uncategorized text decide the dispute at once, as on Stripe."""
+    if dispute["status"] not in ("needs_response", "warning_needs_response"):
+        raise invalid_request(f"This dispute is {dispute['status']} and can no longer be updated.")
+    before = sb.snapshot(dispute)
+    dispute["evidence"].update(evidence)
+    dispute["evidence_details"]["has_evidence"] = any(dispute["evidence"].get(k) for k in DISPUTE_EVIDENCE)
+    if submit:
+        dispute["evidence_details"]["submission_count"] += 1
+        dispute["status"] = "under_review"
+    sb.emit_updated("charge.dispute.updated", before, dispute)
+    text = dispute["evidence"].get("uncategorized_text")
+    if submit and text in ("winning_evidence", "losing_evidence"):
+        close_dispute(sb, dispute, "won" if text == "winning_evidence" else "lost")
+    return dispute
+
+
+def close_dispute(sb: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
+    if dispute["status"] in ("won", "lost"):
+        raise invalid_request(f"This dispute is already closed ({dispute['status']}).")
+    dispute["status"] = status
+    if status == "won":
+        reinstated = record_balance(
+            sb,
+            amount=dispute["amount"],
+            currency=dispute["currency"],
+            fee=-1500,
+            source=dispute["id"],
+            kind="adjustment",
+            description=f"Chargeback reversal for {dispute['charge']}",
+        )
+        dispute["balance_transactions"].append(sb.snapshot(sb.get("balance_transaction", reinstated)))
+    sb.emit("charge.dispute.closed", dispute)
     return dispute

@@ -95,6 +95,26 @@ def diff(before: Obj, after: Obj) -> Obj:
     return previous
 
 
+class RateLimiter:
+    """A token bucket per API key: `per_second` requests a second, bursts up to the same number."""
+
+    def __init__(self, per_second: int) -> None:
+        self._rate = float(per_second)
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (self._rate, now))
+        tokens = min(self._rate, tokens + (now - last) * self._rate)
+        if len(self._buckets) > 1000:  # keys are checked before this, so only a handful exist
+            self._buckets.clear()
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1, now)
+        return True
+
+
 class OnClock:
     """Sets `CURRENT_CLOCK` for a `with` block; a class, because `contextlib.contextmanager`
     rewrites the traceback of exceptions passing through, which frozen ones (`Decline`) refuse."""
@@ -119,6 +139,7 @@ class Sandbox:
         else:
             self.store = Store()
         self.clock = SandboxClock(self)
+        self.rate_limiter = RateLimiter(config.rate_limit_per_second)
         self.webhooks = WebhookDispatcher(
             config, self._event_for_delivery, self._endpoint_for_delivery, self._delivered
         )

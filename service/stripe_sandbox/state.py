@@ -32,6 +32,7 @@ KINDS = (
     "webhook_endpoint",
     "billing_portal.session",
     "test_helpers.test_clock",
+    "balance_transaction",
 )
 
 _FORMAT = 1

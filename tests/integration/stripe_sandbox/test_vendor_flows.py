@@ -719,3 +719,108 @@ async def test_portal_flow_data_deep_links(vendor: Vendor) -> None:
                 },
             }
         )
+
+
+# The payment trail ----------------------------------------------------------------------------
+
+
+async def test_charges_have_balance_transactions_receipts_and_invoice_pages(vendor: Vendor) -> None:
+    customer, sub = await _subscribed_with_card(vendor, amount=1500)
+    [charge] = (await vendor.client.v1.charges.list_async(params={"customer": customer.id})).data
+    txn = await vendor.client.v1.balance_transactions.retrieve_async(str(charge.balance_transaction))
+    assert (txn.type, txn.amount, txn.source) == ("charge", 1500, charge.id)
+    assert txn.fee > 0 and txn.net == txn.amount - txn.fee
+    invoice = await vendor.client.v1.invoices.retrieve_async(str(sub.latest_invoice))
+    assert charge.receipt_url and invoice.hosted_invoice_url
+    refund = await vendor.client.v1.refunds.create_async(params={"charge": charge.id, "amount": 500})
+    refund_txn = await vendor.client.v1.balance_transactions.retrieve_async(str(refund.balance_transaction))
+    assert (refund_txn.type, refund_txn.amount) == ("refund", -500)
+    vendor.sandbox()  # Stripe's pages are Stripe's; the sandbox's must render
+    async with httpx.AsyncClient() as browser:
+        receipt = await browser.get(charge.receipt_url)
+        assert receipt.status_code == 200 and "15.00" in receipt.text and "4242" in receipt.text
+        page = await browser.get(invoice.hosted_invoice_url)
+        assert page.status_code == 200 and str(invoice.number) in page.text and "paid" in page.text
+        assert (await browser.get(charge.receipt_url + "x")).status_code == 404
+
+
+async def test_disputes_take_evidence_and_close(vendor: Vendor) -> None:
+    async def disputed_customer() -> Any:
+        customer = await vendor.client.v1.customers.create_async(
+            params={
+                "payment_method": "pm_card_createDispute",
+                "invoice_settings": {"default_payment_method": "pm_card_createDispute"},
+            }
+        )
+        price = await recurring_price(vendor)
+        await vendor.client.v1.subscriptions.create_async(
+            params={"customer": customer.id, "items": [{"price": price.id}]}
+        )
+        [charge] = (await vendor.client.v1.charges.list_async(params={"customer": customer.id})).data
+
+        async def found() -> Any:
+            return (await vendor.client.v1.disputes.list_async(params={"charge": charge.id})).data
+
+        return (await until(found))[0]
+
+    dispute = await disputed_customer()
+    assert dispute.status == "needs_response"
+    await vendor.client.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": "winning_evidence"}, "submit": True}
+    )
+
+    async def won() -> bool:
+        return (await vendor.client.v1.disputes.retrieve_async(dispute.id)).status == "won"
+
+    await until(won)
+    other = await disputed_customer()
+    closed = await vendor.client.v1.disputes.close_async(other.id)
+    assert closed.status == "lost"
+
+
+async def test_prices_and_products_search(vendor: Vendor) -> None:
+    tag = vendor.tag()
+    product = await vendor.client.v1.products.create_async(params={"name": f"Search {tag}"})
+    price = await vendor.client.v1.prices.create_async(
+        params={
+            "product": product.id,
+            "currency": "usd",
+            "unit_amount": 900,
+            "recurring": {"interval": "month"},
+            "lookup_key": f"search_{tag}",
+        }
+    )
+
+    async def found_price() -> list[Any]:
+        result = await vendor.client.v1.prices.search_async(params={"query": f"lookup_key:'search_{tag}'"})
+        return list(result.data)
+
+    assert [p.id for p in await until(found_price)] == [price.id]
+
+    async def found_product() -> list[Any]:
+        query = f"active:'true' AND name:'Search {tag}'"
+        return list((await vendor.client.v1.products.search_async(params={"query": query})).data)
+
+    assert [p.id for p in await until(found_product)] == [product.id]
+
+
+async def test_other_api_versions_are_refused(vendor: Vendor) -> None:
+    env = vendor.sandbox()  # Stripe would answer in the older version's shapes
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.customers.list_async(options={"stripe_version": "2020-08-27"})
+    assert "2020-08-27" in str(info.value.user_message)
+    assert (await env.client.v1.customers.list_async()).object == "list"
+
+
+async def test_rate_limit_mode_answers_429(vendor: Vendor) -> None:
+    vendor.sandbox()
+    async with sandbox_env(Receiver(), rate_limit=True, rate_limit_per_second=1) as env:
+
+        async def burst() -> None:
+            for _ in range(10):
+                await env.client.v1.customers.list_async()
+
+        with pytest.raises(stripe.RateLimitError) as info:
+            await burst()
+        assert info.value.http_status == 429
+        assert info.value.json_body is not None and info.value.json_body["error"]["code"] == "rate_limit"
