@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from . import billing
-from .pages import esc, money, page
+from .pages import esc, money, page, read_form
 from .sandbox import Sandbox
 
 Obj = dict[str, object]
@@ -61,8 +61,7 @@ async def submit(request: Request) -> Response:
     sb, pi = _intent(request)
     if pi is None:
         return _gone()
-    form = await request.form()
-    action = form.get("action")
+    action = (await read_form(request)).get("action")
     if pi["status"] != "requires_action" or action not in ("complete", "fail"):
         return page("Authentication", "<h1>Nothing to authenticate</h1>", status=400)
     with sb.on_clock(sb.clock_of(str(pi["customer"]) if pi["customer"] else None)):

@@ -9,14 +9,12 @@ successful payment answers 303 to `success_url`.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl
-
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from . import checkout
 from .cards import Decline
-from .pages import esc, money, page
+from .pages import esc, money, page, read_form
 from .sandbox import Sandbox
 
 
@@ -119,7 +117,7 @@ async def submit(request: Request) -> Response:
     session = sb.store.get("checkout.session", request.path_params["id"])
     if session is None or session["status"] != "open":
         return _inactive(session)
-    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True))
+    form = await read_form(request)
     values = {k: form.get(k, "") for k in ("email", "cardNumber", "cardExpiry", "cardCvc", "billingName")}
     try:
         checkout.pay_session(

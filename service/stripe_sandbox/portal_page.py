@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 from typing import Any
-from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -20,11 +19,10 @@ from starlette.responses import RedirectResponse, Response
 from . import billing, payments
 from .cards import Decline, behaviour_of, check_card, decline_of
 from .objects import plan_from_price
-from .pages import esc, money, page
+from .pages import esc, money, page, read_form
 from .sandbox import Sandbox
 
 Obj = dict[str, Any]
-MAX_FORM_BYTES = 8192
 
 
 def _session(request: Request) -> tuple[Sandbox, Obj | None]:
@@ -82,13 +80,6 @@ def _product_name(sb: Sandbox, price: Obj) -> str:
 def _price_text(price: Obj, quantity: int = 1) -> str:
     interval = price["recurring"]["interval"] if price["recurring"] else ""
     return f"{money(price['unit_amount'] * quantity, price['currency'])} per {interval}"
-
-
-async def _form(request: Request) -> dict[str, str]:
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        return {}
-    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
 
 
 async def show(request: Request) -> Response:
@@ -213,7 +204,7 @@ async def submit_update(request: Request) -> Response:
     sub = _live_sub(sb, session, request.path_params["sub"])
     if sub is None or sub["cancel_at_period_end"]:
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
-    wanted = (await _form(request)).get("price", "")
+    wanted = (await read_form(request)).get("price", "")
     price = next((p for p in _choices(sb, sub) if p["id"] == wanted), None)
     if price is None:
         return page("Billing", "<h1>That plan is not available</h1>", status=400)
@@ -264,7 +255,7 @@ async def submit_payment_method(request: Request) -> Response:
     sb, session = _session(request)
     if session is None:
         return _missing()
-    form = await _form(request)
+    form = await read_form(request)
     customer = sb.get("customer", session["customer"])
     moment = dt.datetime.fromtimestamp(sb.now(), dt.UTC)
     try:

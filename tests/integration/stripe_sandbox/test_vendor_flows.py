@@ -824,3 +824,22 @@ async def test_rate_limit_mode_answers_429(vendor: Vendor) -> None:
             await burst()
         assert info.value.http_status == 429
         assert info.value.json_body is not None and info.value.json_body["error"]["code"] == "rate_limit"
+
+
+async def test_oversized_page_forms_change_nothing(vendor: Vendor) -> None:
+    vendor.sandbox()
+    pi = await vendor.client.v1.payment_intents.create_async(
+        params={
+            "amount": 2500,
+            "currency": "usd",
+            "payment_method": "pm_card_authenticationRequired",
+            "confirm": True,
+            "return_url": "https://app.example/return",
+        }
+    )
+    async with httpx.AsyncClient() as browser:
+        answer = await browser.post(
+            pi.next_action.redirect_to_url.url, data={"action": "complete", "padding": "x" * 10_000}
+        )
+    assert answer.status_code == 400
+    assert (await vendor.client.v1.payment_intents.retrieve_async(pi.id)).status == "requires_action"
