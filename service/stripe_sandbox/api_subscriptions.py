@@ -34,17 +34,18 @@ def trial_end_of(sb: Sandbox, params: Params, *, now: int) -> int | None:
         return None
     end = params.integer("trial_end")
     assert end is not None
-    if end < now + 48 * 3600 - 1 and params.prefix:
+    if params.prefix and end < now + 48 * 3600:  # Checkout's `subscription_data` asks for two days
         raise invalid_request(
             "The `trial_end` date has to be at least 2 days in the future.", param=params.param("trial_end")
         )
     if end <= now:
         raise invalid_request(
-            "Invalid timestamp: must be an integer Unix timestamp in the future.", param="trial_end"
+            "Invalid timestamp: must be an integer Unix timestamp in the future.",
+            param=params.param("trial_end"),
         )
     if end > now + MAX_TRIAL_DAYS * DAY:
         raise invalid_request(
-            "The trial_end date cannot be more than 730 days in the future.", param="trial_end"
+            "The trial_end date cannot be more than 730 days in the future.", param=params.param("trial_end")
         )
     return end
 

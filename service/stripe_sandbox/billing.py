@@ -102,9 +102,12 @@ def start_subscription(
     )
     sub["latest_invoice"] = invoice["id"]
     # The creation event carries the subscription as created (incomplete or trialing); becoming
-    # active is the `customer.subscription.updated` that follows, as on Stripe.
-    sb.emit("customer.subscription.created", sub)
+    # active is the `customer.subscription.updated` that follows, as on Stripe. With
+    # `error_if_incomplete` a failed first payment means no subscription, so the event waits.
+    all_or_nothing = payment_behavior == "error_if_incomplete" and trial_end is None
     before = sb.snapshot(sub)
+    if not all_or_nothing:
+        sb.emit("customer.subscription.created", sub)
     if trial_end is not None or invoice["amount_due"] == 0:
         _mark_paid(sb, invoice)
         if sub["status"] == "incomplete":
@@ -112,9 +115,14 @@ def start_subscription(
     elif payment_behavior != "default_incomplete":
         if _collect(sb, invoice, sub):
             sub["status"] = "active"
-        elif payment_behavior == "error_if_incomplete":
+        elif all_or_nothing:
             decline = sb.store.priv(invoice["id"]).get("last_decline") or RENEWAL_DECLINE_ARGS
+            sb.store.remove("subscription", sub["id"])
+            invoice.update(status="void", amount_remaining=0, next_payment_attempt=None)
+            invoice["status_transitions"]["voided_at"] = now
             raise StripeError(402, decline[2], type_="card_error", code=decline[0], decline_code=decline[1])
+    if all_or_nothing:
+        sb.emit("customer.subscription.created", before)
     sb.emit_updated("customer.subscription.updated", before, sub)
     return sub, invoice
 

@@ -162,3 +162,15 @@ async def test_subscription_lifecycle_webhooks(env: Env) -> None:
     assert types.count("customer.subscription.updated") == 2  # incomplete -> active, then the update
     deleted = next(e for e in env.receiver.events if e.type == "customer.subscription.deleted")
     assert deleted.data.object.status == "canceled"
+
+
+async def test_giving_up_is_logged() -> None:
+    receiver = Receiver(fail_attempts=1000)
+    async with sandbox_env(
+        receiver, webhook_retry_base=0.01, webhook_retry_max_delay=0.02, webhook_retry_window=0.1
+    ) as env:
+        await env.client.v1.customers.create_async(params={"name": "A"})
+        await env.sandbox.deliver_pending()
+        attempts = list(env.sandbox.webhooks.attempts)
+        assert len(attempts) >= 2 and attempts[-1].gave_up
+        assert not any(a.gave_up for a in attempts[:-1])

@@ -248,6 +248,10 @@ async def test_card_that_fails_after_attaching_leaves_subscription_incomplete(ve
                 "payment_behavior": "error_if_incomplete",
             }
         )
+    listed = await vendor.client.v1.subscriptions.list_async(
+        params={"customer": customer.id, "status": "all"}
+    )
+    assert [s.id for s in listed.data] == [sub.id]  # error_if_incomplete made no subscription
     paid = await vendor.client.v1.invoices.pay_async(invoice_id, params={"payment_method": "pm_card_visa"})
     assert paid.status == "paid"
     assert (await vendor.client.v1.subscriptions.retrieve_async(sub.id)).status == "active"
