@@ -147,6 +147,7 @@ def create_sandbox_app(config: SandboxConfig) -> Starlette:
         Route("/v1/{rest:path}", _not_found, methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
         Route("/c/pay/{id}", checkout_page.show, methods=["GET"]),
         Route("/c/pay/{id}", checkout_page.submit, methods=["POST"]),
+        Route("/c/pay/{id}/3ds", checkout_page.submit_challenge, methods=["POST"]),
         Route("/p/session/{secret}", portal_page.show, methods=["GET"]),
         Route("/3ds/{pi}/{secret}", challenge_page.show, methods=["GET"]),
         Route("/receipts/{id}/{secret}", hosted_pages.receipt, methods=["GET"]),

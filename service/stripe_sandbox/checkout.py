@@ -224,8 +224,8 @@ def _pay_session(
 
         customer = new_customer(sb, email=email, name=name, phone=None, description=None, metadata={})
     pm = payments.create_payment_method(sb, card, customer["id"] if customer else None, email, name)
-    # The hosted page stands for the whole Checkout flow, 3-D Secure challenge included: a card that
-    # asks for it is taken as authenticated by the customer here.
+    # Paying happens after the hosted page's 3-D Secure challenge (or the test helper's
+    # `three_d_secure=complete`), so a card that asks for it is authenticated by now.
     sb.store.priv(pm["id"])["authenticated"] = True
     if customer is not None:
         sb.emit("payment_method.attached", pm)

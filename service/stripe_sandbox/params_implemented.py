@@ -209,7 +209,14 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
     "GET /v1/webhook_endpoints": _PAGE,
     "POST /v1/test_helpers/sandbox/advance": ("seconds", "frozen_time"),
     "POST /v1/test_helpers/customers/{id}/fail_renewals": ("fail",),
-    "POST /v1/test_helpers/checkout/sessions/{id}/pay": ("card_number", "email", "name", "exp", "cvc"),
+    "POST /v1/test_helpers/checkout/sessions/{id}/pay": (
+        "card_number",
+        "email",
+        "name",
+        "exp",
+        "cvc",
+        "three_d_secure",
+    ),
     "POST /v1/test_helpers/charges/{id}/dispute": ("reason",),
 }
 """Route ("METHOD /path") -> implemented parameter patterns; `expand` is implemented everywhere.
