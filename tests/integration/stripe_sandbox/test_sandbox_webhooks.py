@@ -174,3 +174,12 @@ async def test_giving_up_is_logged() -> None:
         attempts = list(env.sandbox.webhooks.attempts)
         assert len(attempts) >= 2 and attempts[-1].gave_up
         assert not any(a.gave_up for a in attempts[:-1])
+
+
+def test_stripe_retry_schedule_lasts_three_days() -> None:
+    from service.stripe_sandbox.config import SandboxConfig, retry_schedule
+
+    base, largest, window = retry_schedule(SandboxConfig(webhook_retry_schedule="stripe"))
+    assert (base, largest, window) == (60.0, 12 * 3600.0, 3 * 86400.0)
+    compressed = retry_schedule(SandboxConfig())
+    assert compressed == (0.25, 60.0, 900.0)
