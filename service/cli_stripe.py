@@ -188,6 +188,9 @@ def serve_sandbox(settings: Settings, host: str, port: int, webhook_urls: list[s
             webhook_endpoints=[(url, secret) for url in webhook_urls],
             persist_path=settings.stripe_sandbox_state_file,
             adversarial=settings.stripe_sandbox_adversarial,
+            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
+            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
+            rate_limit=settings.stripe_sandbox_rate_limit,
         )
     )
     uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())

@@ -117,6 +117,15 @@ class Settings(BaseSettings):
     """Where the built-in Stripe sandbox keeps its objects between runs."""
     stripe_sandbox_adversarial: bool = False
     """The sandbox delivers webhooks late, out of order and twice, as Stripe may."""
+    stripe_sandbox_webhook_retry_schedule: Literal["compressed", "stripe"] = "compressed"
+    """How the sandbox retries a webhook its endpoint did not accept: `compressed`, Stripe's shape
+    within about 15 minutes; `stripe`, Stripe's own schedule over 3 days."""
+    stripe_sandbox_webhook_ordered: bool = False
+    """Deliver the sandbox's webhooks in the order they were emitted (Stripe's order varies, and so
+    does the sandbox's by default)."""
+    stripe_sandbox_rate_limit: bool = False
+    """The sandbox answers 429 past Stripe test mode's rate limit (25 requests a second), so that
+    retry code gets exercised."""
 
     plans_file: Path = DEFAULT_PLANS_FILE
     """The plan catalog (TOML); the default is the built-in `default_plans.toml`."""

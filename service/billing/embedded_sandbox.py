@@ -34,6 +34,9 @@ async def embedded_sandbox(settings: Settings) -> AsyncIterator[EmbeddedSandbox]
             ],
             persist_path=settings.stripe_sandbox_state_file,
             adversarial=settings.stripe_sandbox_adversarial,
+            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
+            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
+            rate_limit=settings.stripe_sandbox_rate_limit,
         )
     )
     async with serve_in_background(app, sock):

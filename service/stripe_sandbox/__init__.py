@@ -36,8 +36,11 @@ Nothing is created at import time; every `create_sandbox_app` call makes an inde
 Objects are shaped for the API version stripe-python 16.1 pins (`API_VERSION`): billing periods are
 on subscription items, invoices reach their subscription via `parent.subscription_details` and their
 payments via `invoice_payment` objects (`invoice.subscription`, `invoice.charge` and
-`invoice.payment_intent` do not exist any more). Non-Stripe test helpers live under
-`/v1/test_helpers/` (see `test_helpers`).
+`invoice.payment_intent` do not exist any more). Stripe's own test helpers are emulated (test
+clocks under `/v1/test_helpers/test_clocks`, `pm_card_*` payment methods, test cards); a few
+sandbox-only helpers live beside them under `/v1/test_helpers/` (see `test_helpers`). Parameters
+the sandbox does not implement answer 400 rather than being ignored (`params_implemented`);
+docs/stripe-sandbox.md lists what is emulated.
 """
 
 from .app import create_sandbox_app

@@ -12,12 +12,13 @@ import base64
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
+from . import params_implemented
 from .config import API_VERSION
 from .errors import (
     StripeError,
@@ -25,7 +26,9 @@ from .errors import (
     invalid_api_key,
     invalid_request,
     missing_api_key,
+    rate_limited,
     resource_missing,
+    unsupported_version,
 )
 from .forms import Params, parse_body, parse_query
 from .ids import new_id
@@ -43,6 +46,12 @@ class Call:
     path: dict[str, str]
     method: str
     route_path: str
+    magic: dict[str, Obj] = field(default_factory=dict)  # test PaymentMethod ids made this request
+
+    def payment_method(self, pm_id: str, param: str) -> Obj:
+        from .payments import resolve_payment_method
+
+        return resolve_payment_method(self.sb, pm_id, param, self.magic)
 
     def allow(self, endpoint: str) -> None:
         self.params.reject_unknown(ALLOWED[endpoint])
@@ -85,7 +94,8 @@ def _route_path(request: Request) -> str:
     return path[len(root) :] if root and path.startswith(root) else path
 
 
-async def handle(request: Request, handler: Handler) -> Response:
+async def handle(request: Request, handler: Handler, route: str = "") -> Response:
+    """One API request; `route` ("METHOD /template") selects the implemented parameters."""
     sb: Sandbox = request.app.state.sandbox
     request_id = new_id("req")
     headers = {"Request-Id": request_id, "Stripe-Version": API_VERSION}
@@ -99,6 +109,11 @@ async def handle(request: Request, handler: Handler) -> Response:
             raise missing_api_key()
         if key != sb.config.api_key and key not in sb.config.extra_allowed_keys:
             raise invalid_api_key(key)
+        asked_version = request.headers.get("stripe-version")
+        if asked_version is not None and asked_version != API_VERSION:
+            raise unsupported_version(asked_version, API_VERSION)
+        if sb.config.rate_limit and not sb.rate_limiter.allow(key):
+            raise rate_limited()
         body = await request.body()
         method = request.method.lower()
         sb.request_log.append((request.method, _route_path(request)))
@@ -117,6 +132,8 @@ async def handle(request: Request, handler: Handler) -> Response:
                     cached.body, status_code=cached.status, media_type="application/json", headers=headers
                 )
         tree = parse_body(body) if method == "post" else parse_query(request.url.query)
+        if route:
+            params_implemented.check(route, tree)
         if method != "get":
             sb.changed()  # whatever the handler does, even if it fails half way
         params = Params(tree)

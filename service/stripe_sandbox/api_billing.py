@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from . import billing, payments
+from . import billing, payments, plan_changes
 from .api import Call, Obj, created_filter, includable, paginate
 from .api_catalog import search
 from .errors import invalid_request, resource_missing
-from .forms import merge_metadata
+from .forms import Params, merge_metadata
 from .objects import list_envelope
 from .sandbox import Sandbox
 
@@ -28,19 +28,57 @@ def update_subscription(call: Call) -> Obj:
         raise invalid_request(
             "A canceled subscription can only update its cancellation_details and metadata."
         )
-    for unsupported in (
-        "items",
-        "trial_end",
-        "pause_collection",
-        "billing_cycle_anchor",
-        "add_invoice_items",
-    ):
-        if p.has(unsupported):
-            raise invalid_request(
-                f"The Stripe sandbox does not implement updating `{unsupported}`.", param=unsupported
-            )
+    with sb.on_clock(sb.clock_of(sub["customer"])):
+        return _update_subscription(call, sub)
+
+
+def _proration(p: Params, sb: Sandbox, sub: Obj, prefix_params: Params | None = None) -> tuple[str, int]:
+    """`proration_behavior` and `proration_date` (default: now), validated."""
+    source = prefix_params or p
+    behavior = source.enum("proration_behavior", plan_changes.PRORATION_BEHAVIORS) or "create_prorations"
+    at = source.integer("proration_date")
+    now = sb.now()
+    if at is None:
+        at = now
+    start, end = (
+        sub["items"]["data"][0]["current_period_start"],
+        sub["items"]["data"][0]["current_period_end"],
+    )
+    if not start <= at <= end:
+        raise invalid_request(
+            "proration_date must be within the current billing period.", param=source.param("proration_date")
+        )
+    return behavior, at
+
+
+def _update_subscription(call: Call, sub: Obj) -> Obj:
+    p, sb = call.params, call.sb
     before = sb.snapshot(sub)
     now = sb.now()
+    changes = p.sub_list("items")
+    if changes is not None or p.has("proration_behavior") or p.has("proration_date"):
+        if sub["status"] not in ("active", "trialing", "past_due"):
+            raise invalid_request(f"A subscription with status {sub['status']} cannot change its items.")
+        behavior, at = _proration(p, sb, sub)
+        new_items = plan_changes.planned_items(sb, sub, changes or [])
+    if p.has("cancel_at") and p.raw("cancel_at") != "":
+        wanted_cancel = p.integer("cancel_at")
+        if wanted_cancel is not None and wanted_cancel <= now:
+            raise invalid_request("cancel_at must be in the future.", param="cancel_at")
+    pm_id = p.string("default_payment_method", allow_empty=True) if p.has("default_payment_method") else None
+    pm = None
+    if pm_id:
+        pm = call.payment_method(pm_id, "default_payment_method")
+        if pm["customer"] != sub["customer"]:
+            raise invalid_request(
+                f"The customer does not have a payment method with the ID {pm_id}. The payment method must "
+                "be attached to the customer.",
+                param="default_payment_method",
+            )
+    if p.has("default_payment_method"):
+        sub["default_payment_method"] = None if pm is None else pm["id"]
+    if changes is not None:
+        billing.change_items(sb, sub, new_items, behavior, at)
     period_end = sub["items"]["data"][0]["current_period_end"]
     if p.has("cancel_at_period_end"):
         billing.schedule_cancel(sb, sub, bool(p.boolean("cancel_at_period_end")))
@@ -266,3 +304,73 @@ def list_disputes(call: Call) -> Obj:
         if value is not None:
             items = [i for i in items if i[key] == value]
     return paginate(p, created_filter(p, items), call.route_path, "dispute")
+
+
+def create_preview(call: Call) -> Obj:
+    """`invoices.create_preview` for a subscription: its next invoice, or what a change would bill."""
+    p, sb = call.params, call.sb
+    sub_id = p.string("subscription")
+    if sub_id is None:
+        raise invalid_request(
+            "The sandbox previews subscription invoices only: pass `subscription`.", param="subscription"
+        )
+    sub = sb.store.get("subscription", sub_id)
+    if sub is None:
+        raise resource_missing("subscription", sub_id, param="subscription")
+    customer_id = p.string("customer")
+    if customer_id is not None and customer_id != sub["customer"]:
+        raise invalid_request("The subscription does not belong to this customer.", param="customer")
+    with sb.on_clock(sb.clock_of(sub["customer"])):
+        details = p.sub("subscription_details")
+        changes = None if details is None else details.sub_list("items")
+        behavior, at = (
+            _proration(p, sb, sub, details) if details is not None else ("create_prorations", sb.now())
+        )
+        new_items = None if changes is None else plan_changes.planned_items(sb, sub, changes)
+        return billing.preview_invoice(sb, sub, new_items, behavior, at)
+
+
+def list_subscription_items(call: Call) -> Obj:
+    sub = call.sb.get("subscription", call.params.req_str("subscription"), param="subscription")
+    return paginate(call.params, list(sub["items"]["data"]), call.route_path, "subscription_item")
+
+
+def retrieve_balance_transaction(call: Call) -> Obj:
+    return call.sb.get("balance_transaction", call.path["id"])
+
+
+def list_balance_transactions(call: Call) -> Obj:
+    p = call.params
+    items = call.sb.store.newest_first("balance_transaction")
+    for key in ("source", "type", "currency"):
+        value = p.string(key)
+        if value is not None:
+            items = [i for i in items if i[key] == value]
+    return paginate(p, created_filter(p, items), call.route_path, "balance_transaction")
+
+
+def update_dispute(call: Call) -> Obj:
+    p, sb = call.params, call.sb
+    dispute = sb.get("dispute", call.path["id"])
+    evidence: dict[str, str] = {}
+    given = p.sub("evidence")
+    if given is not None:
+        for key in payments.DISPUTE_EVIDENCE:
+            if given.has(key):
+                text = given.string(key, allow_empty=True) or ""
+                if len(text) > 20_000:
+                    raise invalid_request(
+                        "Evidence text can have up to 20000 characters.", param=given.param(key)
+                    )
+                evidence[key] = text
+    metadata = p.metadata()
+    with sb.on_clock(sb.clock_of(dispute.get("customer"))):
+        if metadata is not None:
+            dispute["metadata"] = merge_metadata(
+                dispute["metadata"], metadata, whole_cleared=p.raw("metadata") == ""
+            )
+        return payments.update_dispute(sb, dispute, evidence, bool(p.boolean("submit")))
+
+
+def close_dispute(call: Call) -> Obj:
+    return payments.close_dispute(call.sb, call.sb.get("dispute", call.path["id"]))

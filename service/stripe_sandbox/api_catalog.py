@@ -6,7 +6,7 @@ import re
 import secrets
 import string
 
-from . import billing, objects
+from . import billing, objects, payments
 from .api import Call, Obj, created_filter, paginate
 from .errors import StripeError, invalid_request, parameter_missing, resource_missing
 from .forms import Params, merge_metadata
@@ -231,6 +231,7 @@ def new_customer(
     phone: str | None,
     description: str | None,
     metadata: dict[str, str],
+    extras: Obj | None = None,
 ) -> Obj:
     prefix = "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(8))
     customer = objects.customer(
@@ -243,22 +244,104 @@ def new_customer(
         metadata=metadata,
         invoice_prefix=prefix,
     )
+    customer.update(extras or {})
     sb.store.put(customer)
     sb.emit("customer.created", customer)
     return customer
 
 
+_LOCALES = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
+
+
+def _customer_extras(p: Params, customer: Obj) -> Obj:
+    """The customer fields beyond the basics, validated; returns the new values without applying."""
+    changes: Obj = {}
+    if p.has("address"):
+        address = p.sub("address")
+        if address is None:
+            changes["address"] = None
+        else:
+            merged = dict(customer["address"] or objects.empty_address())
+            for key in merged:
+                if address.has(key):
+                    merged[key] = address.string(key, allow_empty=True) or None
+            changes["address"] = merged
+    settings = p.sub("invoice_settings")
+    if settings is not None and settings.has("default_payment_method"):
+        changes.setdefault("invoice_settings", dict(customer["invoice_settings"]))
+        changes["invoice_settings"]["default_payment_method"] = (
+            settings.string("default_payment_method", allow_empty=True) or None
+        )
+    if settings is not None and settings.has("footer"):
+        footer = settings.string("footer", allow_empty=True) or None
+        if footer is not None and len(footer) > 5000:
+            raise invalid_request(
+                "Invoice footer can have up to 5000 characters.", param=settings.param("footer")
+            )
+        changes.setdefault("invoice_settings", dict(customer["invoice_settings"]))
+        changes["invoice_settings"]["footer"] = footer
+    if p.has("preferred_locales"):
+        locales = p.str_list("preferred_locales") or []
+        if len(locales) > 10:
+            raise invalid_request("You may only specify up to 10 locales.", param="preferred_locales")
+        for index, locale in enumerate(locales):
+            if not _LOCALES.match(locale):
+                raise invalid_request(f"Invalid locale: {locale}", param=f"preferred_locales[{index}]")
+        changes["preferred_locales"] = locales
+    return changes
+
+
+def _default_payment_method(call: Call, customer_id: str, extras: Obj, attaching: Obj | None) -> None:
+    """Check `invoice_settings.default_payment_method` names a card of this customer (or the one
+    being attached in the same request) and store its real id in `extras`."""
+    wanted = (extras.get("invoice_settings") or {}).get("default_payment_method")
+    if wanted is None:
+        return
+    pm = call.payment_method(wanted, "invoice_settings[default_payment_method]")
+    if pm is not attaching and pm["customer"] != customer_id:
+        raise invalid_request(
+            f"The customer does not have a payment method with the ID {wanted}. The payment method must "
+            "be attached to the customer.",
+            param="invoice_settings[default_payment_method]",
+        )
+    extras["invoice_settings"]["default_payment_method"] = pm["id"]
+
+
 def create_customer(call: Call) -> Obj:
     call.allow("customer.create")
-    p = call.params
-    return new_customer(
-        call.sb,
+    p, sb = call.params, call.sb
+    clock_id = p.string("test_clock")
+    if clock_id is not None:
+        clock = sb.get("test_helpers.test_clock", clock_id, param="test_clock")
+        if clock["status"] == "advancing":
+            raise invalid_request("The test clock is advancing; wait until it is ready.", param="test_clock")
+    with sb.on_clock(clock_id):
+        return _create_customer(call, clock_id)
+
+
+def _create_customer(call: Call, clock_id: str | None) -> Obj:
+    p, sb = call.params, call.sb
+    blank = objects.customer(
+        id_="", now=0, email=None, name=None, phone=None, description=None, metadata={}, invoice_prefix=""
+    )
+    extras = _customer_extras(p, blank)
+    first_id = p.string("payment_method")
+    first = None if first_id is None else call.payment_method(first_id, "payment_method")
+    if first is not None:
+        payments.check_attachable(sb, first)
+    _default_payment_method(call, "", extras, first)
+    customer = new_customer(
+        sb,
         email=p.string("email"),
         name=p.string("name"),
         phone=p.string("phone"),
         description=p.string("description"),
         metadata=p.metadata() or {},
+        extras={**extras, "test_clock": clock_id},
     )
+    if first is not None:
+        payments.attach(sb, first, customer["id"])
+    return customer
 
 
 def _live_customer(call: Call) -> Obj:
@@ -277,9 +360,12 @@ def update_customer(call: Call) -> Obj:
     if customer.get("deleted"):
         raise resource_missing("customer", customer["id"])
     before = sb.snapshot(customer)
+    extras = _customer_extras(p, customer)
+    _default_payment_method(call, customer["id"], extras, None)
     for key in ("email", "name", "phone", "description"):
         if p.has(key):
             customer[key] = p.string(key, allow_empty=True) or None
+    customer.update(extras)
     customer["metadata"] = _metadata_update(p, customer["metadata"])
     sb.emit_updated("customer.updated", before, customer)
     return customer
@@ -306,12 +392,22 @@ def list_customers(call: Call) -> Obj:
     email = p.string("email")
     if email is not None:
         items = [c for c in items if c["email"] == email]
+    clock = p.string("test_clock")
+    if clock is not None:
+        items = [c for c in items if c.get("test_clock") == clock]
     return paginate(p, created_filter(p, items), call.route_path, "customer")
 
 
 _CLAUSE = re.compile(
     r"""^\s*(metadata\[['"](?P<mkey>[^'"]+)['"]\]|(?P<field>[a-z_]+))\s*:\s*['"](?P<value>[^'"]*)['"]\s*$"""
 )
+
+
+def _search_text(value: object) -> str:
+    """A field as the query language writes it: booleans are `true` / `false`."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
 
 
 def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj:
@@ -327,7 +423,7 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
         if match["mkey"]:
             items = [o for o in items if o["metadata"].get(match["mkey"]) == match["value"]]
         else:
-            items = [o for o in items if str(o.get(match["field"])) == match["value"]]
+            items = [o for o in items if _search_text(o.get(match["field"])) == match["value"]]
     limit = call.params.integer("limit") or 10
     return {
         "object": "search_result",
@@ -340,3 +436,11 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
 
 def search_customers(call: Call) -> Obj:
     return search(call, "customer", "customer.search", ("email", "name", "phone"))
+
+
+def search_products(call: Call) -> Obj:
+    return search(call, "product", "product.search", ("active", "name", "description", "shippable", "url"))
+
+
+def search_prices(call: Call) -> Obj:
+    return search(call, "price", "price.search", ("active", "currency", "lookup_key", "product", "type"))

@@ -29,7 +29,17 @@ def list_events(call: Call) -> Obj:
         if len(types) > 20:
             raise invalid_request("You may only specify up to 20 types.", param="types")
         items = [e for e in items if e["type"] in types]
+    delivered = p.boolean("delivery_success")
+    if delivered is not None:
+        items = [e for e in items if (e["pending_webhooks"] == 0) == delivered]
     return paginate(p, created_filter(p, items), call.route_path, "event")
+
+
+def retry_event(call: Call) -> Obj:
+    """`POST /v1/events/{id}/retry`, what the Dashboard's and the Stripe CLI's "Resend" call."""
+    call.params.reject_unknown(("for_webhook_endpoint", "expand"))
+    event = call.sb.get("event", call.path["id"])
+    return call.sb.resend(event, call.params.string("for_webhook_endpoint"))
 
 
 def _events_param(call: Call) -> list[str] | None:

@@ -43,6 +43,34 @@ _CARDS: dict[str, tuple[str, str, Decline | None]] = {
     ),
 }
 
+# Cards that behave in ways beyond a plain decline: (brand, funding, behaviour).
+#   fail_after_attach: attaching succeeds, every charge is declined;
+#   dispute: the charge succeeds, then the cardholder disputes it;
+#   authenticate: an on-session payment needs 3-D Secure; once authenticated, off-session ones pass.
+_SPECIAL: dict[str, tuple[str, str, str]] = {
+    "4000000000000341": ("visa", "credit", "fail_after_attach"),
+    "4000000000000259": ("visa", "credit", "dispute"),
+    "4000002500003155": ("visa", "credit", "authenticate"),
+}
+
+CHALLENGE_CARDS = frozenset(n for n, (_b, _f, behaviour) in _SPECIAL.items() if behaviour == "authenticate")
+
+# Stripe's test PaymentMethod ids; each use makes a new PaymentMethod from the card number.
+MAGIC_PAYMENT_METHODS: dict[str, str] = {
+    "pm_card_visa": "4242424242424242",
+    "pm_card_visa_debit": "4000056655665556",
+    "pm_card_mastercard": "5555555555554444",
+    "pm_card_amex": "378282246310005",
+    "pm_card_chargeDeclined": "4000000000000002",
+    "pm_card_chargeDeclinedInsufficientFunds": "4000000000009995",
+    "pm_card_chargeDeclinedLostCard": "4000000000009987",
+    "pm_card_chargeDeclinedExpiredCard": "4000000000000069",
+    "pm_card_chargeDeclinedIncorrectCvc": "4000000000000127",
+    "pm_card_chargeCustomerFail": "4000000000000341",
+    "pm_card_createDispute": "4000000000000259",
+    "pm_card_authenticationRequired": "4000002500003155",
+}
+
 RENEWAL_DECLINE = Decline("card_declined", "generic_decline", "Your card was declined.")
 
 
@@ -77,7 +105,12 @@ def check_card(number: str, expiry: str, cvc: str, now_year: int, now_month: int
         )
     if not (cvc.isdigit() and 3 <= len(cvc) <= 4):
         raise Decline("incomplete_cvc", None, "Your card's security code is incomplete.", "cardCvc")
+    behaviour: str | None = None
     known = _CARDS.get(digits)
+    if digits in _SPECIAL:
+        brand, funding, behaviour = _SPECIAL[digits]
+        charge_decline = Decline("card_declined", "generic_decline", "Your card was declined.")
+        known = (brand, funding, charge_decline if behaviour == "fail_after_attach" else None)
     if known is None:
         raise Decline(
             "card_declined",
@@ -96,7 +129,19 @@ def check_card(number: str, expiry: str, cvc: str, now_year: int, now_month: int
         "exp_year": year,
         "fingerprint": hashlib.sha256(digits.encode()).hexdigest()[:16],
         "decline": None if decline is None else [decline.code, decline.decline_code, decline.message],
+        "behaviour": behaviour,
     }
+
+
+def magic_card(magic_id: str) -> dict[str, object] | None:
+    """The card behind a test PaymentMethod id such as `pm_card_visa`, or None."""
+    number = MAGIC_PAYMENT_METHODS.get(magic_id)
+    return None if number is None else check_card(number, "12/2040", "123", 2000, 1)
+
+
+def behaviour_of(card: dict[str, object]) -> str | None:
+    value = card.get("behaviour")
+    return None if value is None else str(value)
 
 
 def decline_of(card: dict[str, object]) -> Decline | None:

@@ -32,8 +32,10 @@ def _url_param(params: Params, key: str) -> str | None:
     return value
 
 
-def _resolve_line_item(sb: Sandbox, item: Params) -> tuple[Obj, int]:
+def resolve_line_item(sb: Sandbox, item: Params, *, default_quantity: int | None = None) -> tuple[Obj, int]:
     quantity = item.integer("quantity")
+    if quantity is None:
+        quantity = default_quantity
     price_id = item.string("price")
     price_data = item.sub("price_data")
     if price_id is None and price_data is None:
@@ -84,7 +86,7 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
     items = params.sub_list("line_items")
     if not items:
         raise parameter_missing("line_items")
-    resolved = [_resolve_line_item(sb, item) for item in items]
+    resolved = [resolve_line_item(sb, item) for item in items]
     currencies = {p["currency"] for p, _ in resolved}
     if len(currencies) > 1:
         raise invalid_request("All prices must be in the same currency.", param="line_items")
@@ -115,17 +117,18 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
         )
     sub_data = params.sub("subscription_data")
     sub_metadata: dict[str, str] = {}
+    trial_days: int | None = None
+    trial_end: int | None = None
     if sub_data is not None:
         if mode != "subscription":
             raise invalid_request(
                 "You can not pass `subscription_data` in `payment` mode.", param="subscription_data"
             )
-        for unsupported in ("trial_period_days", "trial_end", "billing_cycle_anchor"):
-            if sub_data.has(unsupported):
-                raise invalid_request(
-                    f"The Stripe sandbox does not implement {sub_data.param(unsupported)}.",
-                    param=sub_data.param(unsupported),
-                )
+        from .api_subscriptions import trial_end_of
+
+        trial_end_of(sb, sub_data, now=now)  # validated now, counted from payment
+        trial_days = sub_data.integer("trial_period_days")
+        trial_end = sub_data.integer("trial_end")
         sub_metadata = sub_data.metadata() or {}
     pi_data = params.sub("payment_intent_data")
     pi_metadata = (pi_data.metadata() if pi_data is not None else None) or {}
@@ -156,6 +159,8 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
     sb.store.priv(session_id).update(
         line_items=[{"id": new_id("li"), "price": p["id"], "quantity": q} for p, q in resolved],
         subscription_metadata=sub_metadata,
+        trial_days=trial_days,
+        trial_end=trial_end,
         payment_intent_metadata=pi_metadata,
     )
     return session
@@ -191,6 +196,13 @@ def pay_session(
     sb: Sandbox, session: Obj, *, email: str, name: str, number: str, expiry: str, cvc: str
 ) -> Obj:
     """What pressing "Subscribe"/"Pay" does. Raises `Decline` with a customer-facing message."""
+    with sb.on_clock(sb.clock_of(session["customer"])):
+        return _pay_session(sb, session, email=email, name=name, number=number, expiry=expiry, cvc=cvc)
+
+
+def _pay_session(
+    sb: Sandbox, session: Obj, *, email: str, name: str, number: str, expiry: str, cvc: str
+) -> Obj:
     if session["status"] != "open":
         raise Decline("session_inactive", None, "This Checkout Session is no longer active.")
     today = sb.now()
@@ -212,10 +224,19 @@ def pay_session(
 
         customer = new_customer(sb, email=email, name=name, phone=None, description=None, metadata={})
     pm = payments.create_payment_method(sb, card, customer["id"] if customer else None, email, name)
+    # Paying happens after the hosted page's 3-D Secure challenge (or the test helper's
+    # `three_d_secure=complete`), so a card that asks for it is authenticated by now.
+    sb.store.priv(pm["id"])["authenticated"] = True
+    if customer is not None:
+        sb.emit("payment_method.attached", pm)
     before = sb.snapshot(session)
     items = [(sb.get("price", e["price"]), int(e["quantity"])) for e in private["line_items"]]
     if session["mode"] == "subscription":
         assert customer is not None
+        trial_days = private.get("trial_days")
+        trial_end = private.get("trial_end")
+        if trial_days is not None:
+            trial_end = today + int(trial_days) * 86400
         sub, invoice = billing.start_subscription(
             sb,
             customer=customer,
@@ -223,6 +244,7 @@ def pay_session(
             one_time_items=[(p, q) for p, q in items if not p["recurring"]],
             metadata=dict(private["subscription_metadata"]),
             pm=pm,
+            trial_end=trial_end,
         )
         session.update(subscription=sub["id"], invoice=invoice["id"])
     else:

@@ -9,14 +9,12 @@ successful payment answers 303 to `success_url`.
 
 from __future__ import annotations
 
-from urllib.parse import parse_qsl
-
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from . import checkout
-from .cards import Decline
-from .pages import esc, money, page
+from .cards import CHALLENGE_CARDS, Decline
+from .pages import esc, money, page, read_form
 from .sandbox import Sandbox
 
 
@@ -119,8 +117,61 @@ async def submit(request: Request) -> Response:
     session = sb.store.get("checkout.session", request.path_params["id"])
     if session is None or session["status"] != "open":
         return _inactive(session)
-    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace"), keep_blank_values=True))
+    form = await read_form(request)
     values = {k: form.get(k, "") for k in ("email", "cardNumber", "cardExpiry", "cardCvc", "billingName")}
+    if needs_challenge(values["cardNumber"]):
+        sb.store.priv(str(session["id"]))["pending_3ds"] = values
+        return _challenge(session)
+    return _pay(sb, session, values)
+
+
+AUTHENTICATION_FAILED = Decline(
+    "payment_intent_authentication_failure",
+    None,
+    "We are unable to authenticate your payment method. Please choose a different payment method and try "
+    "again.",
+)
+
+
+def needs_challenge(number: str) -> bool:
+    """A 3-D Secure test card: the customer is shown the challenge before paying."""
+    digits = "".join(ch for ch in number if not ch.isspace())
+    return digits in CHALLENGE_CARDS
+
+
+def _challenge(session: dict[str, object]) -> Response:
+    action = esc(f"{session['id']}/3ds")  # relative to /c/pay/{id}
+    body = (
+        "<h1>3D Secure 2 Test Page</h1>"
+        f"<p>Authenticate a payment of <span class=amount>"
+        f"{esc(money(int(str(session['amount_total'])), str(session['currency'])))}</span>.</p>"
+        f'<form method="post" action="{action}"><input type=hidden name=action value=complete>'
+        '<button type="submit" id="test-source-authorize-3ds" data-testid="complete-authentication">'
+        "Complete</button></form>"
+        f'<form method="post" action="{action}"><input type=hidden name=action value=fail>'
+        '<button type="submit" class="secondary" id="test-source-fail-3ds" data-testid="fail-authentication">'
+        "Fail</button></form>"
+    )
+    return page("Authentication", body, redirect_targets=(checkout.success_redirect(session),))
+
+
+async def submit_challenge(request: Request) -> Response:
+    """The customer's answer to the 3-D Secure challenge shown for this session."""
+    sb = _sandbox(request)
+    session = sb.store.get("checkout.session", request.path_params["id"])
+    if session is None or session["status"] != "open":
+        return _inactive(session)
+    values = sb.store.priv(str(session["id"])).pop("pending_3ds", None)
+    if values is None:
+        return RedirectResponse(f"../{session['id']}", status_code=303)
+    if (await read_form(request)).get("action") != "complete":
+        return _render(
+            sb, session, error=AUTHENTICATION_FAILED, values={**values, "cardNumber": "", "cardCvc": ""}
+        )
+    return _pay(sb, session, values)
+
+
+def _pay(sb: Sandbox, session: dict[str, object], values: dict[str, str]) -> Response:
     try:
         checkout.pay_session(
             sb,

@@ -30,12 +30,17 @@ class SandboxConfig:
     persist_path: Path | None = None
     adversarial: bool = False
 
-    # Webhook delivery. Stripe retries for days with exponential backoff; the shape is the same
-    # here, the unit is seconds instead of hours.
+    # Webhook delivery. Stripe retries a failed delivery with exponential backoff for three days;
+    # the "compressed" schedule keeps that shape within minutes (first retry after
+    # `webhook_retry_base`, doubling up to `webhook_retry_max_delay`, giving up once
+    # `webhook_retry_window` seconds have passed since the first attempt or after
+    # `webhook_max_attempts`); "stripe" uses Stripe's own scale (hours, three days).
     webhook_timeout: float = 10.0
+    webhook_retry_schedule: Literal["compressed", "stripe"] = "compressed"
     webhook_retry_base: float = 0.25
-    webhook_retry_max_delay: float = 30.0
-    webhook_max_attempts: int = 8
+    webhook_retry_max_delay: float = 60.0
+    webhook_retry_window: float = 900.0
+    webhook_max_attempts: int = 64
 
     # Adversarial delivery: every event still arrives at least once, but possibly late, out of
     # order, and more than once, which is what Stripe documents may happen.
@@ -52,5 +57,28 @@ class SandboxConfig:
     # Checkout sessions expire after 24 hours by default, like Stripe's.
     checkout_session_ttl: int = 24 * 3600
 
+    # Stripe does not guarantee delivery order: each delivery waits a random moment of up to
+    # `webhook_order_jitter` seconds, so events emitted together arrive in varying order.
+    # `webhook_ordered=True` sends them in the order they were emitted.
+    webhook_ordered: bool = False
+    webhook_order_jitter: float = 0.05
+
+    # Optional rate limiting like test mode's (25 requests a second per key): 429 with Stripe's
+    # `rate_limit` error, so a vendor's retry code gets exercised. Off by default.
+    rate_limit: bool = False
+    rate_limit_per_second: int = 25
+
     extra_allowed_keys: tuple[str, ...] = field(default=())
     """Further secret keys accepted besides `api_key` (e.g. a restricted key in tests)."""
+
+
+STRIPE_RETRY_BASE = 60.0
+STRIPE_RETRY_MAX_DELAY = 12 * 3600.0
+STRIPE_RETRY_WINDOW = 3 * 24 * 3600.0
+
+
+def retry_schedule(config: SandboxConfig) -> tuple[float, float, float]:
+    """(first backoff, largest backoff, give-up window) in seconds for the configured schedule."""
+    if config.webhook_retry_schedule == "stripe":
+        return STRIPE_RETRY_BASE, STRIPE_RETRY_MAX_DELAY, STRIPE_RETRY_WINDOW
+    return config.webhook_retry_base, config.webhook_retry_max_delay, config.webhook_retry_window

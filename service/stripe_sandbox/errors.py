@@ -104,3 +104,20 @@ def unrecognized_url(method: str, path: str) -> StripeError:
         f"Unrecognized request URL ({method}: {path}). Please see https://stripe.com/docs or we can "
         "help at https://support.stripe.com/.",
     )
+
+
+def rate_limited() -> StripeError:
+    return StripeError(
+        429,
+        "Request rate limit exceeded. You can learn more about rate limits here "
+        "https://stripe.com/docs/rate-limits.",
+        code="rate_limit",
+    )
+
+
+def unsupported_version(asked: str, implemented: str) -> StripeError:
+    return StripeError(
+        400,
+        f"Invalid Stripe API version: {asked}. The sandbox implements API version {implemented} only.",
+        code="api_version_invalid",
+    )

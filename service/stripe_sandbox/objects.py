@@ -159,12 +159,7 @@ def customer(
         "discount": None,
         "email": email,
         "invoice_prefix": invoice_prefix,
-        "invoice_settings": {
-            "custom_fields": None,
-            "default_payment_method": None,
-            "footer": None,
-            "rendering_options": None,
-        },
+        "invoice_settings": customer_invoice_settings(),
         "livemode": False,
         "metadata": metadata,
         "name": name,
@@ -174,6 +169,24 @@ def customer(
         "shipping": None,
         "tax_exempt": "none",
         "test_clock": None,
+    }
+
+
+def customer_invoice_settings() -> Obj:
+    return {"custom_fields": None, "default_payment_method": None, "footer": None, "rendering_options": None}
+
+
+def test_clock(*, id_: str, now: int, frozen_time: int, name: str | None) -> Obj:
+    return {
+        "id": id_,
+        "object": "test_helpers.test_clock",
+        "created": now,
+        "deletes_after": now + 30 * 86400,
+        "frozen_time": frozen_time,
+        "livemode": False,
+        "name": name,
+        "status": "ready",
+        "status_details": {},
     }
 
 

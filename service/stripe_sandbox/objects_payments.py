@@ -266,3 +266,54 @@ def dispute(*, id_: str, now: int, ch: Obj, reason: str, amount: int) -> Obj:
         "reason": reason,
         "status": "needs_response",
     }
+
+
+STRIPE_FEE_PERCENT_BPS = 290  # 2.9 % ...
+STRIPE_FEE_FIXED = 30  # ... + 30 minor units, Stripe's standard US card pricing
+
+
+def card_fee(amount: int) -> int:
+    return (amount * STRIPE_FEE_PERCENT_BPS + 5000) // 10000 + STRIPE_FEE_FIXED
+
+
+def balance_transaction(
+    *,
+    id_: str,
+    now: int,
+    amount: int,
+    currency: str,
+    fee: int,
+    source: str,
+    kind: str,
+    description: str | None,
+) -> Obj:
+    return {
+        "id": id_,
+        "object": "balance_transaction",
+        "amount": amount,
+        "available_on": now + 2 * 86400,
+        "balance_type": "payments",
+        "created": now,
+        "currency": currency,
+        "description": description,
+        "exchange_rate": None,
+        "fee": fee,
+        "fee_details": (
+            [
+                {
+                    "amount": fee,
+                    "application": None,
+                    "currency": currency,
+                    "description": "Stripe processing fees",
+                    "type": "stripe_fee",
+                }
+            ]
+            if fee
+            else []
+        ),
+        "net": amount - fee,
+        "reporting_category": kind,
+        "source": source,
+        "status": "pending",
+        "type": kind,
+    }

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import html
 import secrets
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
+from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from service.money import format_amount
@@ -73,3 +74,18 @@ def page(
             "Cache-Control": "no-store",
         },
     )
+
+
+MAX_FORM_BYTES = 8192
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A hosted page's url-encoded form; a body over `MAX_FORM_BYTES` counts as empty."""
+    if int(request.headers.get("content-length") or 0) > MAX_FORM_BYTES:
+        return {}
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            return {}
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))

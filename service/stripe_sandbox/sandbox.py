@@ -13,7 +13,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 import httpx
@@ -35,7 +35,14 @@ REQUEST_CONTEXT: ContextVar[tuple[str | None, str | None]] = ContextVar(
     "stripe_sandbox_request", default=(None, None)
 )
 
-_LABELS = {"checkout.session": "checkout.session", "billing_portal.session": "billing_portal.session"}
+# The test clock whose time applies to what is being done now (None: the sandbox's own clock).
+CURRENT_CLOCK: ContextVar[str | None] = ContextVar("stripe_sandbox_clock", default=None)
+
+_LABELS = {
+    "checkout.session": "checkout.session",
+    "billing_portal.session": "billing_portal.session",
+    "test_helpers.test_clock": "test_helpers.test_clock",
+}
 
 
 class SandboxClock:
@@ -49,10 +56,21 @@ class SandboxClock:
         self._sandbox = sandbox
 
     def now(self) -> int:
+        clock_id = CURRENT_CLOCK.get()
+        if clock_id is not None:
+            clock = self._sandbox.store.get("test_helpers.test_clock", clock_id)
+            if clock is not None:
+                return int(clock["frozen_time"])
         return int(time.time()) + self._sandbox.store.clock_offset
 
     def set_now(self, timestamp: int) -> None:
-        if timestamp > self.now():
+        if timestamp <= self.now():
+            return
+        clock_id = CURRENT_CLOCK.get()
+        clock = None if clock_id is None else self._sandbox.store.get("test_helpers.test_clock", clock_id)
+        if clock is not None:
+            clock["frozen_time"] = timestamp
+        else:
             self._sandbox.store.clock_offset = timestamp - int(time.time())
 
     def advance(self, seconds: int) -> int:
@@ -77,6 +95,42 @@ def diff(before: Obj, after: Obj) -> Obj:
     return previous
 
 
+class RateLimiter:
+    """A token bucket per API key: `per_second` requests a second, bursts up to the same number."""
+
+    def __init__(self, per_second: int) -> None:
+        self._rate = float(per_second)
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, key: str) -> bool:
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (self._rate, now))
+        tokens = min(self._rate, tokens + (now - last) * self._rate)
+        if len(self._buckets) > 1000:  # keys are checked before this, so only a handful exist
+            self._buckets.clear()
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1, now)
+        return True
+
+
+class OnClock:
+    """Sets `CURRENT_CLOCK` for a `with` block; a class, because `contextlib.contextmanager`
+    rewrites the traceback of exceptions passing through, which frozen ones (`Decline`) refuse."""
+
+    def __init__(self, clock_id: str | None) -> None:
+        self._clock_id = clock_id
+        self._token: Token[str | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = CURRENT_CLOCK.set(self._clock_id)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            CURRENT_CLOCK.reset(self._token)
+
+
 class Sandbox:
     def __init__(self, config: SandboxConfig) -> None:
         self.config = config
@@ -85,7 +139,10 @@ class Sandbox:
         else:
             self.store = Store()
         self.clock = SandboxClock(self)
-        self.webhooks = WebhookDispatcher(config, self._event_for_delivery, self._endpoint_for_delivery)
+        self.rate_limiter = RateLimiter(config.rate_limit_per_second)
+        self.webhooks = WebhookDispatcher(
+            config, self._event_for_delivery, self._endpoint_for_delivery, self._delivered
+        )
         # Like the Dashboard's request logs: (method, path) of the latest authenticated API requests.
         self.request_log: deque[tuple[str, str]] = deque(maxlen=10_000)
         # Bumped by every change (`changed`); `due_hint` is (epoch, the next due time or None) as
@@ -104,6 +161,15 @@ class Sandbox:
         if found is None:
             raise resource_missing(_LABELS.get(kind, kind.replace("_", " ")), object_id, param=param)
         return found
+
+    def clock_of(self, customer_id: str | None) -> str | None:
+        """The test clock a customer (and so everything billed to it) follows, if any."""
+        customer = None if customer_id is None else self.store.get("customer", customer_id)
+        return None if customer is None else customer.get("test_clock")
+
+    def on_clock(self, clock_id: str | None) -> OnClock:
+        """Run the block in the time of test clock `clock_id` (the sandbox's clock for None)."""
+        return OnClock(clock_id)
 
     def snapshot(self, obj: Obj) -> Obj:
         copied: Obj = objects.copy_tree(obj)
@@ -137,8 +203,35 @@ class Sandbox:
             idempotency_key=idempotency_key,
         )
         self.store.put(event)
+        self.store.priv(event["id"])["pending_endpoints"] = list(endpoints)
         self.webhooks.enqueue(event["id"], endpoints)
         return event
+
+    def resend(self, event: Obj, endpoint_id: str | None) -> Obj:
+        """The Dashboard's "Resend": deliver `event` again to one endpoint, or to every endpoint
+        that subscribes to its type; the endpoint counts as pending until a delivery succeeds."""
+        if endpoint_id is not None:
+            self.get("webhook_endpoint", endpoint_id, param="for_webhook_endpoint")
+            targets = [endpoint_id]
+        else:
+            targets = [
+                e["id"]
+                for e in self.store.objects["webhook_endpoint"].values()
+                if endpoint_wants(e, event["type"])
+            ]
+        pending: list[str] = self.store.priv(event["id"]).setdefault("pending_endpoints", [])
+        pending.extend(t for t in targets if t not in pending)
+        event["pending_webhooks"] = len(pending)
+        self.webhooks.enqueue(event["id"], targets)
+        return event
+
+    def _delivered(self, event_id: str, endpoint_id: str) -> None:
+        event = self.store.get("event", event_id)
+        pending = self.store.priv(event_id).get("pending_endpoints", [])
+        if endpoint_id in pending:
+            pending.remove(endpoint_id)
+        if event is not None:
+            event["pending_webhooks"] = len(pending)
 
     def emit_updated(self, type_: str, before: Obj, after: Obj) -> Obj | None:
         previous = diff(before, after)

@@ -31,6 +31,8 @@ KINDS = (
     "event",
     "webhook_endpoint",
     "billing_portal.session",
+    "test_helpers.test_clock",
+    "balance_transaction",
 )
 
 _FORMAT = 1

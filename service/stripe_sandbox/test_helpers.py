@@ -13,8 +13,8 @@ Routes (all POST, all answer a Stripe-shaped object):
 - `/v1/test_helpers/customers/{id}/fail_renewals` (`fail=true|false`): renewal payments of this
   customer fail from now on (like swapping in card 4000 0000 0000 0341), or succeed again.
 - `/v1/test_helpers/checkout/sessions/{id}/pay` (`card_number`, `email`, `name`, optional
-  `exp`, `cvc`): pay an open session as the hosted page would, without a browser. Declines answer
-  402 `card_error` (stripe.CardError).
+  `exp`, `cvc`, `three_d_secure=complete|fail` for a 3-D Secure card): pay an open session as the
+  hosted page would, without a browser. Declines answer 402 `card_error` (stripe.CardError).
 - `/v1/test_helpers/charges/{id}/dispute` (`reason`): the cardholder disputes the charge (what
   card 4000 0000 0000 0259 does on Stripe).
 Expiring a session and refunding use Stripe's real endpoints (`checkout.sessions.expire`,
@@ -23,7 +23,7 @@ Expiring a session and refunding use Stripe's real endpoints (`checkout.sessions
 
 from __future__ import annotations
 
-from . import billing, checkout, payments
+from . import billing, checkout, checkout_page, payments
 from .api import Call, Obj
 from .cards import Decline
 from .errors import StripeError, invalid_request
@@ -56,13 +56,16 @@ def fail_renewals(call: Call) -> Obj:
 
 def pay_session(call: Call) -> Obj:
     p = call.params
-    p.reject_unknown(("card_number", "email", "name", "exp", "cvc", "expand"))
+    p.reject_unknown(("card_number", "email", "name", "exp", "cvc", "three_d_secure", "expand"))
+    outcome = p.enum("three_d_secure", ("complete", "fail")) or "complete"
     session = call.sb.get("checkout.session", call.path["id"])
     if session["status"] != "open":
         raise invalid_request(
             f"This Checkout Session is no longer active (status `{session['status']}`).", param="session"
         )
     try:
+        if outcome == "fail" and checkout_page.needs_challenge(p.req_str("card_number")):
+            raise checkout_page.AUTHENTICATION_FAILED
         return checkout.pay_session(
             call.sb,
             session,

@@ -7,9 +7,11 @@ receivers compare it with their own clock (5 minutes tolerance), and an advanced
 would make every signature look stale.
 
 Delivery is one background task per sandbox, started by `Sandbox.running()`. A failed attempt
-(non-2xx, timeout, connection error) is retried with exponential backoff up to
-`webhook_max_attempts`. In adversarial mode each delivery gets a random delay (so deliveries
-arrive out of order) and may be sent twice.
+(non-2xx, timeout, connection error) is retried with exponential backoff until the configured
+schedule's window closes (see `config.retry_schedule`); the last attempt is then logged with
+`gave_up=True` and the event keeps counting the endpoint in `pending_webhooks`, as on Stripe.
+In adversarial mode each delivery gets a random delay (so deliveries arrive out of order) and may
+be sent twice.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import json
 import logging
 import random
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
-from .config import SandboxConfig
+from .config import SandboxConfig, retry_schedule
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ class _Delivery:
     event_id: str = field(compare=False)
     attempt: int = field(compare=False, default=1)
     duplicate: bool = field(compare=False, default=False)
+    first_attempt_at: float | None = field(compare=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,7 @@ class DeliveryAttempt:
     attempt: int
     status_code: int | None
     error: str | None
+    gave_up: bool = False
 
     @property
     def ok(self) -> bool:
@@ -84,10 +89,12 @@ class WebhookDispatcher:
         config: SandboxConfig,
         lookup_event: Callable[[str], Obj | None],
         lookup_endpoint: Callable[[str], tuple[Obj, str] | None],
+        delivered: Callable[[str, str], None],
     ) -> None:
         self._config = config
         self._lookup_event = lookup_event
         self._lookup_endpoint = lookup_endpoint
+        self._delivered = delivered
         self._heap: list[_Delivery] = []
         self._seq = 0
         self._in_flight = 0
@@ -95,7 +102,7 @@ class WebhookDispatcher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._rng = random.Random(config.adversarial_seed)  # noqa: S311 - chaos, not crypto
-        self.attempts: list[DeliveryAttempt] = []
+        self.attempts: deque[DeliveryAttempt] = deque(maxlen=10_000)
         self.running = False
 
     # Queueing --------------------------------------------------------------------------------
@@ -109,6 +116,8 @@ class WebhookDispatcher:
         now = time.monotonic()
         for endpoint_id in endpoint_ids:
             delay = 0.0
+            if not self._config.webhook_ordered:
+                delay = self._rng.uniform(0, self._config.webhook_order_jitter)
             if self._config.adversarial:
                 delay = self._rng.uniform(0, self._config.adversarial_max_delay)
             self._seq += 1
@@ -183,10 +192,9 @@ class WebhookDispatcher:
         attempt = DeliveryAttempt(
             event["id"], event["type"], endpoint["url"], delivery.attempt, status, error
         )
-        self.attempts.append(attempt)
         if attempt.ok:
-            if not delivery.duplicate and event["pending_webhooks"] > 0:
-                event["pending_webhooks"] -= 1
+            self.attempts.append(attempt)
+            self._delivered(delivery.event_id, delivery.endpoint_id)
             return
         log.info(
             "webhook %s to %s failed (attempt %d): %s",
@@ -195,21 +203,29 @@ class WebhookDispatcher:
             delivery.attempt,
             error or status,
         )
-        if delivery.attempt >= self._config.webhook_max_attempts:
-            log.warning("giving up on webhook %s to %s", event["id"], endpoint["url"])
+        base, max_delay, window = retry_schedule(self._config)
+        started = delivery.first_attempt_at if delivery.first_attempt_at is not None else time.monotonic()
+        backoff = min(base * (2 ** (delivery.attempt - 1)), max_delay)
+        next_at = time.monotonic() + backoff
+        if delivery.attempt >= self._config.webhook_max_attempts or next_at - started > window:
+            log.warning(
+                "giving up on webhook %s to %s after %d attempts",
+                event["id"],
+                endpoint["url"],
+                delivery.attempt,
+            )
+            self.attempts.append(replace(attempt, gave_up=True))
             return
-        backoff = min(
-            self._config.webhook_retry_base * (2 ** (delivery.attempt - 1)),
-            self._config.webhook_retry_max_delay,
-        )
+        self.attempts.append(attempt)
         self._seq += 1
         self._push(
             _Delivery(
-                time.monotonic() + backoff,
+                next_at,
                 self._seq,
                 delivery.endpoint_id,
                 delivery.event_id,
                 delivery.attempt + 1,
                 delivery.duplicate,
+                started,
             )
         )

@@ -112,5 +112,5 @@ async def test_portal_cancel_at_period_end_and_resume(browser: Browser, env: Env
     await page.click("[data-testid=return-link]")
     await page.wait_for_url(f"{shop}/account")
     await env.sandbox.deliver_pending()
-    assert env.receiver.types().count("customer.subscription.updated") == 2
+    assert env.receiver.types().count("customer.subscription.updated") == 3  # activation, cancel, resume
     await page.close()

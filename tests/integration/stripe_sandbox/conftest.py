@@ -68,6 +68,7 @@ class Receiver:
 
     secret: str = WEBHOOK_SECRET
     fail_first: bool = False
+    fail_attempts: int = 0  # answer 500 to this many deliveries of each event before accepting it
     slow_first: float = 0.0
     events: list[stripe.Event] = field(default_factory=list)
     bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -75,6 +76,7 @@ class Receiver:
     rejected: int = 0
     url: str = ""
     _seen: set[str] = field(default_factory=set)
+    _tries: dict[str, int] = field(default_factory=dict)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     async def endpoint(self, request: Request) -> Response:
@@ -90,9 +92,10 @@ class Receiver:
             return Response("bad signature", status_code=400)
         first = event.id not in self._seen
         self._seen.add(event.id)
+        self._tries[event.id] = tries = self._tries.get(event.id, 0) + 1
         if first and self.slow_first:
             await asyncio.sleep(self.slow_first)  # simulating a slow endpoint, not synchronising
-        status = 500 if first and self.fail_first else 200
+        status = 500 if (first and self.fail_first) or tries <= self.fail_attempts else 200
         self.statuses.append((event.id, status))
         if status == 200:
             self.events.append(event)

@@ -24,7 +24,8 @@ async def test_cancel_at_period_end_and_resume(env: Env) -> None:
     )
     assert updated.cancel_at_period_end is True and updated.cancel_at == end and updated.status == "active"
     assert updated.metadata.to_dict() == {"account": "acct-1", "reason": "too pricey"}
-    [event] = await _events(env, "customer.subscription.updated")
+    event, activated = await _events(env, "customer.subscription.updated")
+    assert activated.data.previous_attributes.status == "incomplete"
     assert event.data.previous_attributes.cancel_at_period_end is False
     assert event.data.previous_attributes.metadata.to_dict() == {"reason": None}
     resumed = await env.client.v1.subscriptions.update_async(sub.id, params={"cancel_at_period_end": False})
@@ -71,7 +72,7 @@ async def test_renewals_bill_each_period(env: Env) -> None:
         ("subscription_create", "paid"),
     ]
     assert renewed.latest_invoice == invoices[0].id
-    [updated] = await _events(env, "customer.subscription.updated")
+    updated, _activated = await _events(env, "customer.subscription.updated")
     previous = updated.data.previous_attributes
     assert previous.latest_invoice == sub.latest_invoice
     assert previous["items"].data[0].current_period_end == first_end
@@ -90,7 +91,7 @@ async def test_failed_renewal_goes_past_due_then_canceled(env: Env) -> None:
     assert (invoice.status, invoice.attempt_count) == ("open", 1) and invoice.next_payment_attempt is not None
     [failed] = await _events(env, "invoice.payment_failed")
     assert failed.data.object.id == invoice.id
-    [updated] = await _events(env, "customer.subscription.updated")
+    updated, _activated = await _events(env, "customer.subscription.updated")
     assert updated.data.previous_attributes.status == "active"
     await env.advance(20 * 86400)  # all retries (3, 5, 7 days) fail
     canceled = await env.client.v1.subscriptions.retrieve_async(sub.id)

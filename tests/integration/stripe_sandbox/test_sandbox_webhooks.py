@@ -63,6 +63,7 @@ async def test_every_event_is_delivered_signed_and_listed(env: Env) -> None:
     only = await env.client.v1.events.list_async(params={"type": "invoice.*", "limit": 100})
     assert {e.type for e in only.data} == {
         "invoice.created",
+        "invoice.updated",
         "invoice.finalized",
         "invoice.paid",
         "invoice.payment_succeeded",
@@ -158,6 +159,27 @@ async def test_subscription_lifecycle_webhooks(env: Env) -> None:
     await env.sandbox.deliver_pending()
     types = env.receiver.types()
     assert EXPECTED_ON_CHECKOUT - {"customer.created"} <= set(types)
-    assert types.count("customer.subscription.updated") == 1
+    assert types.count("customer.subscription.updated") == 2  # incomplete -> active, then the update
     deleted = next(e for e in env.receiver.events if e.type == "customer.subscription.deleted")
     assert deleted.data.object.status == "canceled"
+
+
+async def test_giving_up_is_logged() -> None:
+    receiver = Receiver(fail_attempts=1000)
+    async with sandbox_env(
+        receiver, webhook_retry_base=0.01, webhook_retry_max_delay=0.02, webhook_retry_window=0.1
+    ) as env:
+        await env.client.v1.customers.create_async(params={"name": "A"})
+        await env.sandbox.deliver_pending()
+        attempts = list(env.sandbox.webhooks.attempts)
+        assert len(attempts) >= 2 and attempts[-1].gave_up
+        assert not any(a.gave_up for a in attempts[:-1])
+
+
+def test_stripe_retry_schedule_lasts_three_days() -> None:
+    from service.stripe_sandbox.config import SandboxConfig, retry_schedule
+
+    base, largest, window = retry_schedule(SandboxConfig(webhook_retry_schedule="stripe"))
+    assert (base, largest, window) == (60.0, 12 * 3600.0, 3 * 86400.0)
+    compressed = retry_schedule(SandboxConfig())
+    assert compressed == (0.25, 60.0, 900.0)

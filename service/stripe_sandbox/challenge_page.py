@@ -1,0 +1,83 @@
+"""The 3-D Secure challenge page a `requires_action` PaymentIntent's `next_action` links to.
+
+Like Stripe's test-mode page, it offers to complete or fail the authentication. Completing it
+charges the card (and pays the invoice the PaymentIntent belongs to); either way the browser then
+goes to the `return_url` with `payment_intent`, `payment_intent_client_secret` and
+`redirect_status`, as Stripe redirects.
+"""
+
+from __future__ import annotations
+
+import hmac
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from . import billing
+from .pages import esc, money, page, read_form
+from .sandbox import Sandbox
+
+Obj = dict[str, object]
+
+
+def _intent(request: Request) -> tuple[Sandbox, dict[str, object] | None]:
+    sb: Sandbox = request.app.state.sandbox
+    pi = sb.store.get("payment_intent", request.path_params["pi"])
+    if pi is None:
+        return sb, None
+    expected = str(sb.store.priv(str(pi["id"])).get("challenge") or "")
+    if not expected or not hmac.compare_digest(expected, request.path_params["secret"]):
+        return sb, None
+    return sb, pi
+
+
+def _gone() -> Response:
+    return page("Authentication", "<h1>This authentication link is not valid</h1>", status=404)
+
+
+async def show(request: Request) -> Response:
+    sb, pi = _intent(request)
+    if pi is None:
+        return _gone()
+    if pi["status"] != "requires_action":
+        return page("Authentication", f"<h1>Nothing to authenticate</h1><p>Status: {esc(pi['status'])}</p>")
+    amount = esc(money(int(str(pi["amount"])), str(pi["currency"])))
+    body = (
+        "<h1>3D Secure 2 Test Page</h1>"
+        f"<p>Authenticate a payment of <span class=amount>{amount}</span>.</p>"
+        f'<form method="post"><input type=hidden name=action value=complete>'
+        f'<button type="submit" id="test-source-authorize-3ds" data-testid="complete-authentication">'
+        "Complete</button></form>"
+        '<form method="post"><input type=hidden name=action value=fail>'
+        '<button type="submit" class="secondary" id="test-source-fail-3ds" data-testid="fail-authentication">'
+        "Fail</button></form>"
+    )
+    return_url = sb.store.priv(str(pi["id"])).get("return_url")
+    return page("Authentication", body, redirect_targets=(return_url,))
+
+
+async def submit(request: Request) -> Response:
+    sb, pi = _intent(request)
+    if pi is None:
+        return _gone()
+    action = (await read_form(request)).get("action")
+    if pi["status"] != "requires_action" or action not in ("complete", "fail"):
+        return page("Authentication", "<h1>Nothing to authenticate</h1>", status=400)
+    with sb.on_clock(sb.clock_of(str(pi["customer"]) if pi["customer"] else None)):
+        billing.authenticated(sb, pi, action == "complete")
+    sb.save()
+    return_url = sb.store.priv(str(pi["id"])).get("return_url")
+    outcome = sb.store.get("payment_intent", str(pi["id"])) or {}
+    status = "succeeded" if outcome.get("status") == "succeeded" else "failed"
+    if return_url:
+        query = urlencode(
+            {
+                "payment_intent": pi["id"],
+                "payment_intent_client_secret": pi["client_secret"],
+                "redirect_status": status,
+            }
+        )
+        separator = "&" if "?" in str(return_url) else "?"
+        return RedirectResponse(f"{return_url}{separator}{query}", status_code=303)
+    return page("Authentication", f'<h1 data-testid="authentication-result">Authentication {status}</h1>')
