@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +17,7 @@ from service.cli_stripe import EXIT_LEASE_HELD
 from service.paywall.models import Elicitation
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app
 from service.webhooks.reconciler import LEASE_NAME
+from tests.support.cli import run_cli
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay, pay_checkout_session
 from tests.support.servers import bound_socket, port_of, serve
@@ -157,25 +156,12 @@ async def test_reconciliation_revokes_what_a_missed_cancellation_left(
 
 async def cli(service: RunningService, *args: str) -> tuple[int, str, str]:
     env = {
-        **os.environ,
         "DATABASE_URL": service.settings.database_url,
         "STRIPE_SECRET_KEY": KEY,
         "STRIPE_API_BASE": service.settings.stripe_api_base or "",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "service",
-        *args,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        out, err = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
+    done = await run_cli(*args, env=env)
+    return done.returncode, done.stdout, done.stderr
 
 
 async def test_replay_events_applies_the_missed_ones_once(silent_stripe_service: RunningService) -> None:
@@ -233,27 +219,13 @@ async def test_a_missing_sandbox_is_named_instead_of_stripes_support_address(dat
     nobody = bound_socket()  # bound, never listening: connections to it are refused
     port = port_of(nobody)
     env = {
-        **os.environ,
         "DATABASE_URL": database_url,
         "STRIPE_SECRET_KEY": "sk_test_sandbox",
         "STRIPE_SANDBOX_PORT": str(port),
     }
-    env.pop("STRIPE_API_BASE", None)
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "service",
-        "stripe",
-        "reconcile",
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        _, err = await process.communicate()
+    done = await run_cli("stripe", "reconcile", env=env, unset=("STRIPE_API_BASE",))
     nobody.close()
-    assert process.returncode == 1
-    message = err.decode()
+    assert done.returncode == 1
+    message = done.stderr
     assert f"no Stripe sandbox at http://127.0.0.1:{port}" in message
     assert "support@stripe.com" not in message

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
-import sys
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,6 +11,7 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.app import create_app
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalogError
+from tests.support.cli import run_cli
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
 from tests.support.service import RunningService, make_settings, run_service
@@ -66,27 +64,13 @@ async def test_sync_tools_run_in_worker_threads_off_the_event_loop(vendor_servic
 
 async def test_serve_refuses_a_broken_tool_package_in_one_line(tmp_path: Path) -> None:
     env = {
-        **os.environ,
         "TOOL_PACKAGES": "tests.fixtures.vendor_tools:unknown_plan",
         "DATABASE_URL": f"sqlite:///{tmp_path / 's.db'}",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "service",
-        "serve",
-        "--port",
-        "0",
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        _, err = await process.communicate()
-    assert process.returncode == 2
-    assert "configuration error: paid tool 'shiny'" in err.decode()
-    assert "Traceback" not in err.decode()
+    done = await run_cli("serve", "--port", "0", env=env)
+    assert done.returncode == 2
+    assert "configuration error: paid tool 'shiny'" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def plans_selling(path: Path, tool: str) -> Path:
@@ -112,27 +96,13 @@ async def test_serve_refuses_a_plan_selling_a_free_or_missing_tool(
     tmp_path: Path, tool: str, complaint: str
 ) -> None:
     env = {
-        **os.environ,
         "PLANS_FILE": str(plans_selling(tmp_path / "plans.toml", tool)),
         "DATABASE_URL": f"sqlite:///{tmp_path / 's.db'}",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "service",
-        "serve",
-        "--port",
-        "0",
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        _, err = await process.communicate()
-    assert process.returncode == 2, err.decode()
-    assert f"configuration error: {complaint}" in err.decode()
-    assert "Traceback" not in err.decode()
+    done = await run_cli("serve", "--port", "0", env=env)
+    assert done.returncode == 2, done.stderr
+    assert f"configuration error: {complaint}" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 async def test_the_lifespan_refuses_a_plan_selling_a_free_tool(database_url: str, tmp_path: Path) -> None:
