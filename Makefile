@@ -62,9 +62,10 @@ COV_ARGS := --cov --cov-report=term-missing:skip-covered
 test: install browser node-deps
 	$(BIN)/python -m pytest $(COV_ARGS) $(PYTEST_ARGS)
 
-# The same suite against a PostgreSQL server: TEST_POSTGRES_URL=postgresql://user@host:port/db
+# The same suite against a PostgreSQL server: TEST_POSTGRES_URL=postgresql://user@host:port/db.
+# Without coverage: `make test` measures it, and tracing every line costs CI time twice otherwise.
 test-postgres: install browser node-deps
-	TEST_DATABASE=postgres $(BIN)/python -m pytest $(COV_ARGS) $(PYTEST_ARGS)
+	TEST_DATABASE=postgres $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check service tests bench alembic .ci
