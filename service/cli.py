@@ -19,7 +19,7 @@ from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
 from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
-from service.logging_setup import configure_logging
+from service.logging_setup import configure_logging, stop_logging
 from service.paywall.pg_bus import notify_revocation
 from service.settings import ConfigurationError, Settings, listen_problem
 from service.tool_packages import ToolPackageError, load_tools
@@ -149,7 +149,16 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         access_log=False,
         timeout_graceful_shutdown=25,
     )
-    DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run()
+    flush = flush_spans(tracing) if tracing is not None else None
+
+    def after_shutdown() -> None:
+        # uvicorn then re-raises the stopping signal, which ends the process before atexit runs:
+        # queued spans and log lines (its own "Application shutdown complete" among them) go now.
+        if flush is not None:
+            flush()
+        stop_logging()
+
+    DrainingServer(config, app, after_shutdown=after_shutdown).run()
     return 0
 
 

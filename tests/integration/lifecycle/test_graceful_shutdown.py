@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -22,6 +21,7 @@ from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
 from tests.integration.replicas.conftest import free_port
 from tests.support.databases import DatabaseTemplates
+from tests.support.polling import until
 from tests.support.replicas import Replica
 from tests.support.service import cheap_password_hashing
 
@@ -59,16 +59,6 @@ async def held_call(replica: Replica, token: str, name: str) -> str:
     except* httpx2.ConnectError:
         assert text, "the call failed to connect before it had its result"
     return text
-
-
-async def until(condition_met: Callable[[], Awaitable[bool]], what: str, seconds: float = 30.0) -> None:
-    """Polls another process's state with a deadline: there is no event to wait on."""
-    try:
-        async with asyncio.timeout(seconds):
-            while not await condition_met():  # noqa: ASYNC110 - another process's state
-                await asyncio.sleep(0.02)
-    except TimeoutError:
-        raise AssertionError(f"not reached within {seconds} s: {what}") from None
 
 
 async def test_sigterm_lets_in_flight_legacy_sse_calls_finish(

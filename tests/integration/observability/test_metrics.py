@@ -19,6 +19,7 @@ from tests.integration.observability.observed import (
 )
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
+from tests.support.polling import until
 from tests.support.servers import bound_socket, port_of
 from tests.support.service import RunningService, run_service
 
@@ -83,6 +84,14 @@ async def test_modern_era_counts_by_era_and_outcome(service: RunningService) -> 
         assert client.protocol_version == MODERN
         result = await client.call_tool("sql_explain", {"query": "select 1"})
     assert not result.is_error, result
+
+    # The retried call can run once the entitlement is visible, before the webhook's handler has
+    # marked the elicitation completed and counted it.
+    async def completion_counted() -> bool:
+        samples = await scrape(service.base_url)
+        return samples.value("paywall_elicitations_completed_total", era=MODERN, plan="pro") >= 1
+
+    await until(completion_counted, "the elicitation's completion is counted")
     samples = await scrape(service.base_url)
     assert samples.value("mcp_tool_calls_total", tool="sql_explain", outcome="elicitation") == 1
     assert samples.value("mcp_tool_calls_total", tool="sql_explain", outcome="ok") == 1
