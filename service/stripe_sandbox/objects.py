@@ -125,13 +125,13 @@ def plan_from_price(p: Obj) -> Obj:
         "interval_count": rec["interval_count"],
         "livemode": False,
         "metadata": p["metadata"],
-        "meter": None,
+        "meter": rec["meter"],
         "nickname": p["nickname"],
         "product": p["product"],
         "tiers_mode": None,
         "transform_usage": None,
         "trial_period_days": None,
-        "usage_type": "licensed",
+        "usage_type": rec["usage_type"],
     }
 
 

@@ -218,6 +218,25 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         "three_d_secure",
     ),
     "POST /v1/test_helpers/charges/{id}/dispute": ("reason",),
+    "POST /v1/billing/meters": (
+        "display_name",
+        "event_name",
+        "default_aggregation.formula",
+        "customer_mapping.event_payload_key",
+        "customer_mapping.type",
+        "value_settings.event_payload_key",
+        "event_time_window",
+    ),
+    "POST /v1/billing/meters/{id}": ("display_name",),
+    "GET /v1/billing/meters": ("status", *_PAGE),
+    "GET /v1/billing/meters/{id}/event_summaries": (
+        "customer",
+        "start_time",
+        "end_time",
+        "value_grouping_window",
+        *_PAGE,
+    ),
+    "POST /v1/billing/meter_events": ("event_name", "payload.*", "identifier", "timestamp"),
 }
 """Route ("METHOD /path") -> implemented parameter patterns; `expand` is implemented everywhere.
 
@@ -256,6 +275,11 @@ STRIPE_NAMES: dict[str, str] = {
     "POST /v1/webhook_endpoints": "webhook_endpoint.create",
     "POST /v1/webhook_endpoints/{id}": "webhook_endpoint.update",
     "GET /v1/webhook_endpoints": "webhook_endpoint.list",
+    "POST /v1/billing/meters": "billing.meter.create",
+    "POST /v1/billing/meters/{id}": "billing.meter.update",
+    "GET /v1/billing/meters": "billing.meter.list",
+    "GET /v1/billing/meters/{id}/event_summaries": "billing.meter.list_event_summaries",
+    "POST /v1/billing/meter_events": "billing.meter_event.create",
 }
 """Route -> the endpoint's name in `params_allowed.ALLOWED` (Stripe's own parameter list)."""
 
