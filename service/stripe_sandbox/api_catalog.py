@@ -241,9 +241,11 @@ def list_prices(call: Call) -> Obj:
             raise invalid_request("You may only specify up to 10 lookup keys.", param="lookup_keys")
         items = [i for i in items if i["lookup_key"] in lookup_keys]
     rec = p.sub("recurring")
-    if rec is not None and rec.has("interval"):
-        interval = rec.string("interval")
-        items = [i for i in items if i["recurring"] and i["recurring"]["interval"] == interval]
+    if rec is not None:
+        for key in ("interval", "usage_type", "meter"):
+            wanted = rec.string(key)
+            if wanted is not None:
+                items = [i for i in items if i["recurring"] and i["recurring"][key] == wanted]
     return paginate(p, created_filter(p, items), call.route_path, "price")
 
 

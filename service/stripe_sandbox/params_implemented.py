@@ -98,6 +98,8 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
     "GET /v1/products": ("active", "ids.#", *_LIST),
     "POST /v1/prices": (
         *_PRICE_DATA,
+        "recurring.usage_type",
+        "recurring.meter",
         "lookup_key",
         "transfer_lookup_key",
         "nickname",
@@ -112,6 +114,8 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         "type",
         "lookup_keys.#",
         "recurring.interval",
+        "recurring.usage_type",
+        "recurring.meter",
         *_LIST,
     ),
     "POST /v1/customers": (*_CUSTOMER_FIELDS, "payment_method", "test_clock"),
