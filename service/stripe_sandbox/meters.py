@@ -47,7 +47,17 @@ def _customer_now(sb: Sandbox, customer_id: str | None) -> int:
         return sb.now()
 
 
+def _full(sb: Sandbox) -> StripeError:
+    return StripeError(
+        400,
+        f"The sandbox keeps at most {sb.config.meter_event_limit} meter events "
+        "(SandboxConfig.meter_event_limit); this one was not recorded.",
+    )
+
+
 def _check_identifier(sb: Sandbox, identifier: str, now: int) -> None:
+    """Stripe's rolling 24-hour uniqueness; identifiers older than that are forgotten when the
+    table is full, and a table still full of fresh ones refuses the event."""
     seen = sb.store.meter_identifiers
     first = seen.get(identifier)
     if first is not None and now - first < IDENTIFIER_WINDOW:
@@ -55,6 +65,8 @@ def _check_identifier(sb: Sandbox, identifier: str, now: int) -> None:
     if len(seen) >= sb.config.meter_event_limit:
         for key in [k for k, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
             del seen[key]
+        if len(seen) >= sb.config.meter_event_limit:
+            raise _full(sb)
 
 
 def _report(sb: Sandbox, code: str, message: str, event: Obj, meter_id: str | None) -> None:
@@ -91,11 +103,7 @@ def record_event(
     _check_identifier(sb, identifier, created)
     stored = sum(len(rows) for rows in sb.store.meter_events.values())
     if stored >= sb.config.meter_event_limit:
-        raise StripeError(
-            400,
-            f"The sandbox keeps at most {sb.config.meter_event_limit} meter events "
-            "(SandboxConfig.meter_event_limit); this one was not recorded.",
-        )
+        raise _full(sb)
     sb.store.meter_identifiers[identifier] = created
     event = om.meter_event(
         now=created, event_name=event_name, identifier=identifier, payload=payload, timestamp=timestamp

@@ -262,3 +262,30 @@ async def test_meter_event_storage_is_bounded(receiver: Any) -> None:
         with pytest.raises(stripe.InvalidRequestError) as full:
             await _event(env, customer.id)
         assert "at most 2 meter events" in str(full.value.user_message)
+    async with sandbox_env(receiver, meter_event_limit=2) as env:  # dropped events count too
+        await _event(env, "cus_1")
+        await _event(env, "cus_1")
+        with pytest.raises(stripe.InvalidRequestError) as full:
+            await _event(env, "cus_1")
+        assert "at most 2 meter events" in str(full.value.user_message)
+        assert [e["code"] for e in env.sandbox.meter_errors] == ["no_meter", "no_meter"]
+
+
+async def test_meters_and_usage_survive_a_restart(receiver: Any, tmp_path: Any) -> None:
+    from .conftest import sandbox_env
+
+    state = tmp_path / "sandbox.json"
+    async with sandbox_env(receiver, persist_path=state) as env:
+        meter = await _meter(env)
+        customer = await env.client.v1.customers.create_async()
+        event = await _event(env, customer.id, 6, identifier="once")
+    async with sandbox_env(receiver, persist_path=state) as env:
+        with pytest.raises(stripe.InvalidRequestError):
+            await _event(env, customer.id, 6, identifier="once")
+        start = _hour_start(event.timestamp)
+        [summary] = (
+            await env.client.v1.billing.meters.event_summaries.list_async(
+                meter.id, params={"customer": customer.id, "start_time": start, "end_time": start + HOUR}
+            )
+        ).data
+        assert summary.aggregated_value == 6
