@@ -164,6 +164,20 @@ async def test_nothing_used_is_an_invoice_of_zero_paid_without_a_charge(env: Env
     assert (await env.client.v1.charges.list_async(params={"customer": customer.id})).data == []
 
 
+async def test_usage_only_subscription_needs_no_card_until_it_owes(env: Env) -> None:
+    price = await _metered_price(env)
+    customer = await env.client.v1.customers.create_async()
+    sub = await env.client.v1.subscriptions.create_async(
+        params={"customer": customer.id, "items": [{"price": price.id}]}
+    )
+    assert sub.status == "active"
+    await _use(env, customer.id, 30)
+    await env.advance(MONTH + 1)
+    owed = (await env.client.v1.invoices.list_async(params={"subscription": sub.id, "limit": 1})).data[0]
+    assert (owed.amount_due, owed.status, owed.attempt_count) == (60, "open", 1)
+    assert (await env.client.v1.subscriptions.retrieve_async(sub.id)).status == "past_due"
+
+
 async def test_subscription_with_base_fee_and_overage_on_a_test_clock(env: Env) -> None:
     """Pro (a licensed price) plus metered overage, created without Checkout, on a test clock:
     usage is reported in the clock's time and billed when the clock passes the period end."""
