@@ -60,8 +60,10 @@ def resolve_line_item(
     if objects.is_metered(p):
         if item.has("quantity"):
             raise invalid_request(
-                "Quantity should not be specified where usage_type is `metered`. Remove quantity from "
-                f"`{item.prefix}`.",
+                "You cannot set the quantity for metered plans."
+                if item.prefix.startswith("items")  # subscriptions.create words it this way
+                else "Quantity should not be specified where usage_type is `metered`. Remove quantity from "
+                f"`{item.prefix}`",
                 param=item.param("quantity"),
             )
         return p, None
