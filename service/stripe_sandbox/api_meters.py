@@ -33,12 +33,16 @@ def _payload_key(p: Params | None, default: str) -> str:
     return value
 
 
-def _event_name_free(call: Call, event_name: str, but: str | None = None) -> None:
-    holder = meters.active_meter(call.sb, event_name)
-    if holder is not None and holder["id"] != but:
+def _event_name_free(call: Call, event_name: str) -> None:
+    """An event name belongs to one meter for good: a deactivated meter keeps it (reactivate that
+    meter to use the name again), as on Stripe, where meters cannot be deleted."""
+    holder = next(
+        (m for m in call.sb.store.objects["billing.meter"].values() if m["event_name"] == event_name), None
+    )
+    if holder is not None:
         raise invalid_request(
-            f"A meter with the event_name `{event_name}` already exists ({holder['id']}). Event names "
-            "must be unique among active meters.",
+            f"A meter with the event_name `{event_name}` already exists ({holder['id']}, "
+            f"{holder['status']}).",
             param="event_name",
         )
 
@@ -109,7 +113,6 @@ def reactivate_meter(call: Call) -> Obj:
     meter = sb.get("billing.meter", call.path["id"])
     if meter["status"] == "active":
         raise invalid_request(f"The meter {meter['id']} is already active.")
-    _event_name_free(call, meter["event_name"])
     meter.update(status="active", updated=sb.now())
     meter["status_transitions"]["deactivated_at"] = None
     sb.emit("billing.meter.reactivated", meter)

@@ -89,7 +89,7 @@ async def test_meter_validation_errors(env: Env) -> None:
     assert unknown.value.code == "parameter_unknown"
 
 
-async def test_event_name_unique_among_active_meters(env: Env) -> None:
+async def test_event_name_belongs_to_one_meter_even_deactivated(env: Env) -> None:
     first = await _meter(env)
     with pytest.raises(stripe.InvalidRequestError) as taken:
         await _meter(env)
@@ -98,16 +98,18 @@ async def test_event_name_unique_among_active_meters(env: Env) -> None:
     assert deactivated.status == "inactive" and deactivated.status_transitions.deactivated_at is not None
     with pytest.raises(stripe.InvalidRequestError):
         await env.client.v1.billing.meters.deactivate_async(first.id)
-    second = await _meter(env)  # the name is free again
-    with pytest.raises(stripe.InvalidRequestError) as clash:
-        await env.client.v1.billing.meters.reactivate_async(first.id)
-    assert clash.value.param == "event_name"
-    await env.client.v1.billing.meters.deactivate_async(second.id)
+    with pytest.raises(stripe.InvalidRequestError) as still_taken:  # a deactivated meter keeps its name
+        await _meter(env)
+    assert still_taken.value.param == "event_name"
+    other = await _meter(env, "other_calls")
+    await env.client.v1.billing.meters.deactivate_async(other.id)
     reactivated = await env.client.v1.billing.meters.reactivate_async(first.id)
     assert reactivated.status == "active" and reactivated.status_transitions.deactivated_at is None
+    with pytest.raises(stripe.InvalidRequestError):
+        await env.client.v1.billing.meters.reactivate_async(first.id)
     active = await env.client.v1.billing.meters.list_async(params={"status": "active"})
     inactive = await env.client.v1.billing.meters.list_async(params={"status": "inactive"})
-    assert [m.id for m in active.data] == [first.id] and [m.id for m in inactive.data] == [second.id]
+    assert [m.id for m in active.data] == [first.id] and [m.id for m in inactive.data] == [other.id]
     types = [e.type for e in (await env.client.v1.events.list_async(params={"limit": 100})).data]
     assert types.count("billing.meter.deactivated") == 2 and types.count("billing.meter.reactivated") == 1
 

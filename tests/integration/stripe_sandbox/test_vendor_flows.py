@@ -934,4 +934,4 @@ async def test_meter_events_are_deduplicated_and_summarised(vendor: Vendor) -> N
 
         await until(summed)
     finally:
-        await meters.deactivate_async(meter.id)  # meters cannot be deleted; this frees the event name
+        await meters.deactivate_async(meter.id)  # meters cannot be deleted; this one takes no more events
