@@ -243,14 +243,16 @@ def _item_line(
 ) -> Obj:
     if is_metered(item["price"]) and usage_period is not None:
         meter = sb.store.get("billing.meter", item["price"]["recurring"]["meter"])
-        used = 0 if meter is None else meters.usage(sb, meter, sub["customer"], *usage_period)
+        # An item added during the period counts usage from when it was added.
+        counted = (max(usage_period[0], int(item["created"])), usage_period[1])
+        used = 0 if meter is None else meters.usage(sb, meter, sub["customer"], *counted)
         return ob.invoice_line(
             id_=new_id("il"),
             invoice_id=invoice_id,
             item=item,
             sub_id=sub["id"],
-            start=usage_period[0],
-            end=usage_period[1],
+            start=counted[0],
+            end=counted[1],
             usage=used,
         )
     return ob.invoice_line(

@@ -65,10 +65,15 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
             )
         touched = by_id[item_id]["price"] if item_id is not None else None
         new_price = sb.store.get("price", change.string("price") or "")
-        if any(p is not None and is_metered(p) for p in (touched, new_price)):
+        metered_new = new_price is not None and is_metered(new_price)
+        if (touched is not None and is_metered(touched)) or (metered_new and item_id is not None):
             raise invalid_request(
-                "Changing or adding items with metered prices is not implemented by the sandbox.",
+                "Changing or removing items with metered prices is not implemented by the sandbox.",
                 param=change.param("price" if new_price is not None else "id"),
+            )
+        if metered_new and change.has("quantity"):
+            raise invalid_request(
+                "You cannot set the quantity for metered plans.", param=change.param("quantity")
             )
         if change.boolean("deleted"):
             if item_id is None:
@@ -88,7 +93,7 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
                     now=sb.now(),
                     sub_id=sub["id"],
                     p=price,
-                    quantity=quantity or 1,
+                    quantity=None if is_metered(price) else quantity or 1,
                     start=start,
                     end=end,
                 )

@@ -242,18 +242,42 @@ async def test_cancel_at_period_end_bills_the_last_usage(env: Env) -> None:
     assert (final.amount_paid, final.lines.data[0].quantity) == (100, 20)
 
 
-async def test_metered_items_cannot_change_in_the_sandbox(env: Env) -> None:
-    price = await _metered_price(env)
+async def test_overage_item_added_to_a_running_subscription(env: Env) -> None:
+    """A metered item added mid-period bills the usage from then on; existing metered items
+    cannot be changed or removed in the sandbox."""
+    _product, base = await catalog(env, amount=1000)
+    metered = await _metered_price(env, unit_amount=2)
     customer = await _paying_customer(env)
     sub = await env.client.v1.subscriptions.create_async(
-        params={"customer": customer.id, "items": [{"price": price.id}]}
+        params={"customer": customer.id, "items": [{"price": base.id, "quantity": 1}]}
     )
-    _product, licensed = await catalog(env)
+    await _use(env, customer.id, 500)  # before the overage item exists: never billed
+    await env.advance(DAY)
+    with pytest.raises(stripe.InvalidRequestError) as quantity:
+        await env.client.v1.subscriptions.update_async(
+            sub.id, params={"items": [{"price": metered.id, "quantity": 1}]}
+        )
+    assert quantity.value.param == "items[0][quantity]"
+    updated = await env.client.v1.subscriptions.update_async(
+        sub.id, params={"items": [{"price": metered.id}]}
+    )
+    added = next(i for i in updated["items"].data if i.price.id == metered.id)
+    assert "quantity" not in added
+    assert (await env.client.v1.invoices.list_async(params={"subscription": sub.id})).data[
+        0
+    ].billing_reason == ("subscription_create")  # adding a metered item prorates nothing
+    await _use(env, customer.id, 40)
     with pytest.raises(stripe.InvalidRequestError) as refused:
         await env.client.v1.subscriptions.update_async(
-            sub.id, params={"items": [{"id": sub["items"].data[0].id, "price": licensed.id}]}
+            sub.id, params={"items": [{"id": added.id, "deleted": True}]}
         )
     assert "not implemented by the sandbox" in str(refused.value.user_message)
+    await env.advance(MONTH)
+    renewal = (await env.client.v1.invoices.list_async(params={"subscription": sub.id, "limit": 1})).data[0]
+    assert sorted((line.amount, line.quantity) for line in renewal.lines.data) == [(80, 40), (1000, 1)]
+    assert renewal.amount_paid == 1080
+    overage = next(line for line in renewal.lines.data if line.amount == 80)
+    assert overage.period.start == added.created  # billed from when the item was added
 
 
 async def test_credit_pack_bought_in_payment_mode(env: Env) -> None:
