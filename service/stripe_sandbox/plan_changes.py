@@ -16,7 +16,7 @@ from . import objects_billing as ob
 from .errors import invalid_request, resource_missing
 from .forms import Params
 from .ids import new_id
-from .objects import plan_from_price
+from .objects import is_metered, plan_from_price
 from .sandbox import Sandbox
 
 Obj = dict[str, Any]
@@ -63,6 +63,18 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
             raise invalid_request(
                 f"Subscription item {item_id} does not belong to this subscription.", param=change.param("id")
             )
+        touched = by_id[item_id]["price"] if item_id is not None else None
+        new_price = sb.store.get("price", change.string("price") or "")
+        metered_new = new_price is not None and is_metered(new_price)
+        if (touched is not None and is_metered(touched)) or (metered_new and item_id is not None):
+            raise invalid_request(
+                "Changing or removing items with metered prices is not implemented by the sandbox.",
+                param=change.param("price" if new_price is not None else "id"),
+            )
+        if metered_new and change.has("quantity"):
+            raise invalid_request(
+                "You cannot set the quantity for metered plans.", param=change.param("quantity")
+            )
         if change.boolean("deleted"):
             if item_id is None:
                 raise invalid_request("An item to delete needs its `id`.", param=change.param("deleted"))
@@ -81,7 +93,7 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
                     now=sb.now(),
                     sub_id=sub["id"],
                     p=price,
-                    quantity=quantity or 1,
+                    quantity=None if is_metered(price) else quantity or 1,
                     start=start,
                     end=end,
                 )
@@ -114,8 +126,9 @@ def proration_lines(sb: Sandbox, sub: Obj, new_items: list[Obj], at: int) -> lis
     if not start <= at < end:
         return []
     left, whole = end - at, end - start
-    old = {item["id"]: item for item in sub["items"]["data"]}
-    new = {item["id"]: item for item in new_items}
+    # Metered items bill their usage in arrears at period end; nothing of theirs is prorated.
+    old = {item["id"]: item for item in sub["items"]["data"] if not is_metered(item["price"])}
+    new = {item["id"]: item for item in new_items if not is_metered(item["price"])}
     lines: list[Obj] = []
 
     def line(item: Obj, sign: int, label: str) -> None:
