@@ -37,16 +37,20 @@ class TokenRequestThrottle:
             )
             await response(scope, receive, send)
             return
-        status = 0
+        refused_with = 0
 
         async def observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
+            # The failure is counted and audited before the response ends, so a client that has
+            # read the answer cannot race the throttle with its next guess.
+            nonlocal refused_with
+            if message["type"] == "http.response.start" and message["status"] in _REFUSED_STATUSES:
+                refused_with = message["status"]
+                throttle.failed(account=None, client_ip=client_ip)
+            elif refused_with and message["type"] == "http.response.body" and not message.get("more_body"):
+                async with runtime.sessions() as session, session.begin():
+                    await record(
+                        session, AuditKind.TOKEN_REQUEST_REFUSED, client_ip=client_ip, status=refused_with
+                    )
             await send(message)
 
         await self.app(scope, receive, observed)
-        if status in _REFUSED_STATUSES:
-            throttle.failed(account=None, client_ip=client_ip)
-            async with runtime.sessions() as session, session.begin():
-                await record(session, AuditKind.TOKEN_REQUEST_REFUSED, client_ip=client_ip, status=status)
