@@ -7,22 +7,25 @@ when there is one. Every line passes the redaction filter first.
 
 The event loop never writes a line itself: `install` puts a `QueueHandler` on the root logger,
 which stamps the request context on the record and queues it, and a `QueueListener` thread
-redacts, formats and writes it.
+redacts, formats and writes it, leaving the record as it was. The access line, one per request,
+is a `ReadyRecord` (service/observability/records.py): nothing of it is rendered on the loop.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import logging.handlers
 import queue
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from opentelemetry import trace
 
+from service.observability.json_line import JsonLine
+from service.observability.records import ReadyRecord
 from service.observability.redaction import scrub, scrub_value
 from service.observability.request_context import current
 
@@ -40,38 +43,23 @@ class ContextFilter(logging.Filter):
     """Copies the current request context onto the record (without overriding explicit values)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        context = current()
-        known = context.fields() if context is not None else {}
+        attributes = record.__dict__
+        if attributes.get("request_id") is None:  # an access line brings its own context
+            context = current()
+            if context is not None:
+                for name, known in (
+                    ("request_id", context.request_id),
+                    ("user_id", context.user_id),
+                    ("elicitation_id", context.elicitation_id),
+                ):
+                    if attributes.get(name) is None:
+                        attributes[name] = known
         span = trace.get_current_span().get_span_context()
         if span.is_valid:
-            known["trace_id"] = trace.format_trace_id(span.trace_id)
-            known["span_id"] = trace.format_span_id(span.span_id)
-        for name in CONTEXT_FIELDS:
-            if getattr(record, name, None) is None:
-                setattr(record, name, known.get(name))
-        return True
-
-
-class RedactionFilter(logging.Filter):
-    """Scrubs the formatted message, its extra fields and its traceback, in place."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string must not lose the line
-            message = str(record.msg)
-        record.msg, record.args = scrub(message), None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = scrub(record.exc_text)
-        record.exc_info = None
-        if record.stack_info:
-            record.stack_info = scrub(record.stack_info)
-        for key in [*extra_keys(record), *CONTEXT_FIELDS]:
-            value = getattr(record, key, None)
-            if value is not None:
-                setattr(record, key, scrub(value) if key in CONTEXT_FIELDS else scrub_value(key, value))
+            if attributes.get("trace_id") is None:
+                attributes["trace_id"] = trace.format_trace_id(span.trace_id)
+            if attributes.get("span_id") is None:
+                attributes["span_id"] = trace.format_span_id(span.span_id)
         return True
 
 
@@ -83,64 +71,126 @@ def extra_keys(record: logging.LogRecord) -> list[str]:
     ]
 
 
-# One encoder for every line: `json.dumps` with options builds a new encoder on each call.
-_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+# Ids the service makes or checks itself (request ids: service/observability/request_context.py)
+# and OpenTelemetry's hex ids: nothing in them to redact.
+_CLEAN_CONTEXT_FIELDS = frozenset({"request_id", "trace_id", "span_id"})
 
 
-def _utc_time(created: float) -> str:
-    """`created` as ISO 8601 in UTC, to the millisecond (cheaper than going through `datetime`)."""
-    seconds = int(created)
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        + f".{int((created - seconds) * 1000):03d}+00:00"
+@dataclass(frozen=True, slots=True)
+class Redacted:
+    """What a line says about a record, scrubbed (service/observability/redaction.py)."""
+
+    message: str
+    context: list[tuple[str, Any]]
+    extras: list[tuple[str, Any]]
+    exception: str | None
+    stack: str | None
+
+
+def redacted(record: logging.LogRecord, formatter: logging.Formatter) -> Redacted:
+    """The record's message, context, extra fields, traceback and stack, scrubbed; the record itself
+    is left as it is (other handlers may still be reading it)."""
+    try:
+        message = record.getMessage()
+    except Exception:  # a bad format string must not lose the line
+        message = str(record.msg)
+    attributes = record.__dict__
+    context = []
+    for name in CONTEXT_FIELDS:
+        known = attributes.get(name)
+        if known is not None:
+            context.append((name, known if name in _CLEAN_CONTEXT_FIELDS else scrub(str(known))))
+    extras = [(key, scrub_value(key, attributes[key])) for key in extra_keys(record)]
+    exception = record.exc_text
+    if record.exc_info and not exception:
+        exception = formatter.formatException(record.exc_info)
+    return Redacted(
+        message=scrub(message),
+        context=context,
+        extras=extras,
+        exception=scrub(exception) if exception else None,
+        stack=scrub(record.stack_info) if record.stack_info else None,
     )
 
 
+class _UtcSeconds:
+    """`created` as ISO 8601 in UTC to the millisecond; the text up to the second is made once a
+    second (cheaper than going through `datetime` for each line)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._prefix}.{int((created - second) * 1000):03d}+00:00"
+
+
 class JsonFormatter(logging.Formatter):
+    """One JSON object a line (service/observability/json_line.py), redacted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._line = JsonLine()
+        self._time = _UtcSeconds()
+
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": _utc_time(record.created),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for name in CONTEXT_FIELDS:
-            value = getattr(record, name, None)
-            if value is not None:
-                line[name] = value
-        for key in extra_keys(record):
-            line.setdefault(key, getattr(record, key))
-        if record.exc_info and not record.exc_text:
-            record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            line["exception"] = record.exc_text
-        if record.stack_info:
-            line["stack"] = record.stack_info
-        return _encode(line)
+        line = redacted(record, self)
+        fields = line.context + [(key, item) for key, item in line.extras if key not in _LINE_KEYS]
+        if line.exception:
+            fields.append(("exception", line.exception))
+        if line.stack:
+            fields.append(("stack", line.stack))
+        return self._line.encode(
+            self._time(record.created), record.levelname, record.name, line.message, fields
+        )
 
 
-class _TextFormatter(logging.Formatter):
+# Keys the line itself has: an extra field of the same name is left out (context fields never
+# are extras, see `extra_keys`).
+_LINE_KEYS = frozenset({"time", "level", "logger", "message", "exception", "stack"})
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT, redacted, with the traceback or stack on the following lines."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
     def format(self, record: logging.LogRecord) -> str:
-        if getattr(record, "request_id", None) is None:
-            record.request_id = "-"
-        return super().format(record)
+        line = redacted(record, self)
+        request_id = next((known for name, known in line.context if name == "request_id"), "-")
+        text = f"{self.formatTime(record)} {record.levelname} {record.name} [{request_id}]: {line.message}"
+        for more in (line.exception, line.stack):
+            if more:
+                text += "\n" + more
+        return text
+
+
+def _formatter(log_format: LogFormat) -> logging.Formatter:
+    return JsonFormatter() if log_format == "json" else TextFormatter()
 
 
 def build_handler(log_format: LogFormat, stream: TextIO | None = None) -> logging.Handler:
-    """A stream handler with the context and redaction filters and the chosen format; it writes
-    in the thread that logs (tests read it synchronously; `install` writes from a thread)."""
+    """A stream handler with the context filter and the chosen (redacting) format; it writes in
+    the thread that logs (tests read it synchronously; `install` writes from a thread)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ContextFilter())
-    handler.addFilter(RedactionFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(TEXT_FORMAT))
+    handler.setFormatter(_formatter(log_format))
     return handler
 
 
 class _Enqueue(logging.handlers.QueueHandler):
     """Queues a copy of the record with its message and traceback already rendered: its arguments
-    may change once the call returns, and its traceback would keep the caller's frames alive."""
+    may change once the call returns, and its traceback would keep the caller's frames alive. A
+    `ReadyRecord` holds only immutable values: it is queued as it is, and rendered by the writer."""
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        if type(record) is ReadyRecord:
+            return record
         queued = copy.copy(record)
         try:
             queued.msg = record.getMessage()
@@ -166,8 +216,7 @@ def install(
     enqueue = _Enqueue(records)
     enqueue.addFilter(ContextFilter())  # the request context lives in the logging task, not the thread
     writer = logging.StreamHandler(stream or sys.stderr)
-    writer.addFilter(RedactionFilter())
-    writer.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(TEXT_FORMAT))
+    writer.setFormatter(_formatter(log_format))
     listener = logging.handlers.QueueListener(records, writer)
     root = logging.getLogger()
     for existing in list(root.handlers):

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from opentelemetry import propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.observability.records import emit
 from service.observability.redaction import scrub
 from service.observability.tracing import describe_request
 
@@ -97,7 +98,10 @@ class LogContext:
             request = request.parent
         if not request.http_request or request.logged:
             return False
-        request.notes.update(fields)
+        # The access line is written from another thread: lists go on it as tuples, frozen now.
+        request.notes.update(
+            {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
+        )
         return True
 
     def fields(self) -> dict[str, str]:
@@ -247,21 +251,26 @@ class RequestContextMiddleware:
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
-                access_logger.log(
+                notes = context.notes
+                emit(
+                    access_logger,
                     level,
                     "%s %s %s%s",
-                    scope.get("method", ""),
-                    path,
-                    status,
-                    f" tool {context.notes['tool']}: {context.notes['outcome']}"
-                    if "tool" in context.notes
-                    else "",
-                    extra={
-                        "http_method": scope.get("method", ""),
+                    (
+                        method,
+                        path,
+                        status,
+                        f" tool {notes['tool']}: {notes['outcome']}" if "tool" in notes else "",
+                    ),
+                    {
+                        "request_id": request_id,
+                        "user_id": context.user_id,
+                        "elicitation_id": context.elicitation_id,
+                        "http_method": method,
                         "http_path": path,
                         "http_status": status,
                         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                        **context.notes,
+                        **notes,
                     },
                 )
             _current.reset(token)
