@@ -26,7 +26,7 @@ from bench.servers import STATIC_TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
 SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle", "login-flood", "unpaid", "soak")
-# The service as deployed: JSON logs at INFO and /metrics on (`paid-prod`), for `unpaid` and `soak`.
+# Every paid server runs as deployed (k8s/base): JSON logs at INFO, /metrics on a port of its own.
 PRODUCTION_LOGGING = {"log_level": "INFO", "log_format": "json", "metrics_enabled": True}
 # `unpaid` opens 16 legacy sessions for its one unentitled user; the default cap is 10.
 PAID_PROD_SESSION_CAP = 64
@@ -45,6 +45,8 @@ MODES = {
     "2026-07-28": ("modern", ""),
 }
 SERVER_ORDER = ("bare", "bare-auth", "paid")
+ACCESS_LINE = '"logger":"service.access"'
+ACCESS_LINE_TIMEOUT = 10.0
 
 
 @dataclass
@@ -90,7 +92,8 @@ class Bench:
             "database_url": database_url,
             "public_base_url": f"http://127.0.0.1:{public_port or port}",
             "port": port,
-            "log_level": "WARNING",
+            **PRODUCTION_LOGGING,
+            "metrics_port": procs.free_port(),
             # The bench's one standalone sandbox: no embedded sandbox starts in the server.
             "stripe_secret_key": seed.SANDBOX_KEY,
             "stripe_api_base": self.stripe_api_base,
@@ -176,7 +179,7 @@ class Bench:
             if name.startswith("paid-flood"):
                 settings |= login_flood.PRODUCTION_LIKE
             if name == "paid-prod":
-                settings |= PRODUCTION_LOGGING | {"max_legacy_sessions_per_user": PAID_PROD_SESSION_CAP}
+                settings |= {"max_legacy_sessions_per_user": PAID_PROD_SESSION_CAP}
             env["BENCH_SETTINGS"] = json.dumps(settings)
             pending.append((name, port, env))
             self.targets[name] = Target(
@@ -215,6 +218,19 @@ class Bench:
                     raise RuntimeError(f"smoke call failed on {name} {mode}: {message}")
                 if name.endswith("-json") and "application/json" not in content_type:
                     raise RuntimeError(f"{name} answered {content_type}, not JSON")
+        self.check_production_logging()
+
+    def check_production_logging(self) -> None:
+        """Each paid server wrote the JSON access lines of the smoke calls, as deployed: a server
+        that logged nothing would flatter us."""
+        deadline = time.monotonic() + ACCESS_LINE_TIMEOUT
+        for name, target in self.targets.items():
+            if not name.startswith("paid"):
+                continue
+            while ACCESS_LINE not in target.server.log.read_text(errors="replace"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} wrote no JSON access line: is production logging on?")
+                time.sleep(0.05)
 
     def stop(self) -> None:
         procs.stop_all()

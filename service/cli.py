@@ -107,7 +107,9 @@ def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[i
     return asyncio.run(run())
 
 
-def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+def _serve(settings: Settings, host: str | None, port: int | None, *, keep_alive_seconds: int = 5) -> int:
+    """`serve`: logging, tracing and the app as deployed. `keep_alive_seconds` is uvicorn's idle
+    keep-alive timeout (its default; the bench keeps connections idle longer between its turns)."""
     import uvicorn
     from opentelemetry import trace
 
@@ -147,6 +149,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         # by the request-context middleware's access line.
         log_config=None,
         access_log=False,
+        timeout_keep_alive=keep_alive_seconds,
         timeout_graceful_shutdown=25,
     )
     DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run()

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import atexit
 import logging
-import logging.handlers
 from typing import TextIO
 
-from service.observability.logs import LogFormat, install
+from service.observability.logs import LineWriter, LogFormat, install
 
 # Per-request client logs (httpx), and Alembic's context chatter on every /readyz.
 QUIET_LOGGERS = ("httpx", "httpx2", "alembic.runtime.migration", "mcp.server.streamable_http_manager")
 
 
-_running: list[logging.handlers.QueueListener] = []
+_running: list[LineWriter] = []
 
 
-def configure_logging(
-    level: str, log_format: LogFormat = "text", stream: TextIO | None = None
-) -> logging.handlers.QueueListener:
+def configure_logging(level: str, log_format: LogFormat = "text", stream: TextIO | None = None) -> LineWriter:
     """The root logger's records go through a queue to a writer thread, with the request context
     and redaction filters; what is queued is written out at exit (or by `stop_logging`)."""
     stop_logging()

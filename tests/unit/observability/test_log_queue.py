@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from service.logging_setup import configure_logging, stop_logging
-from service.observability.logs import build_handler
+from service.observability.logs import JsonFormatter, LineWriter, build_handler
 from service.observability.records import emit
 from service.observability.request_context import enter_child, leave
 
@@ -99,3 +99,55 @@ def test_formatting_leaves_the_record_as_it_was() -> None:
     handler.handle(record)
     assert "secret_value_123" not in stream.getvalue()
     assert record.msg == "token=%s" and record.args == ("secret_value_123",)
+
+
+class HeldStream(io.StringIO):
+    """A stream whose first write waits until `release` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.entered.set()
+        assert self.release.wait(10), "the test never released the stream"
+        return super().write(text)
+
+
+def record(message: str) -> logging.LogRecord:
+    return logging.LogRecord("service.test", logging.INFO, "", 0, message, None, None)
+
+
+def test_a_stream_that_stops_taking_lines_drops_new_ones_and_says_how_many() -> None:
+    stream = HeldStream()
+    writer = LineWriter(stream, JsonFormatter())
+    writer.CAPACITY = 10
+    writer.start()
+    try:
+        writer.put_nowait(record("first"))
+        assert stream.entered.wait(10), "the writer never wrote"
+        for index in range(writer.CAPACITY + 5):
+            writer.put_nowait(record(f"queued {index}"))
+    finally:
+        stream.release.set()
+        writer.stop()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["message"] for line in lines] == [
+        "first",
+        *(f"queued {index}" for index in range(writer.CAPACITY)),
+        "5 log lines dropped: the log stream fell behind",
+    ]
+
+
+def test_lines_keep_their_order_across_batches_and_all_are_written_at_stop() -> None:
+    stream = io.StringIO()
+    writer = LineWriter(stream, JsonFormatter())
+    writer.start()
+    count = writer.HIGH_WATER * 3 + 7
+    for index in range(count):
+        writer.put_nowait(record(str(index)))
+    writer.stop()
+    assert [json.loads(line)["message"] for line in stream.getvalue().splitlines()] == [
+        str(index) for index in range(count)
+    ]
