@@ -133,9 +133,14 @@ class JsonLine:
         self, time: str, level: str, logger: str, message: str, fields: Iterable[tuple[str, Any]]
     ) -> str:
         """One line; `time` is already ISO 8601 (quoted here), `fields` are key and value pairs."""
-        parts = ['{"time":"', time, '"', self.head(level, logger), string(message)]
-        for name, item in fields:
-            parts.append(self.key(name))
-            parts.append(string(item) if type(item) is str else value(item))
-        parts.append("}")
-        return "".join(parts)
+        return self.join(
+            time,
+            level,
+            logger,
+            message,
+            [self.key(name) + (string(item) if type(item) is str else value(item)) for name, item in fields],
+        )
+
+    def join(self, time: str, level: str, logger: str, message: str, fields: list[str]) -> str:
+        """One line from fields already encoded as `,"name":value` (`key(name)` + `value(item)`)."""
+        return '{"time":"' + time + '"' + self.head(level, logger) + string(message) + "".join(fields) + "}"

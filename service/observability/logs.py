@@ -20,11 +20,11 @@ import logging.handlers
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
 from opentelemetry import trace
 
+from service.observability import json_line
 from service.observability.json_line import JsonLine
 from service.observability.records import ReadyRecord
 from service.observability.redaction import scrub, scrub_value
@@ -76,41 +76,20 @@ def extra_keys(record: logging.LogRecord) -> list[str]:
 _CLEAN_CONTEXT_FIELDS = frozenset({"request_id", "trace_id", "span_id"})
 
 
-@dataclass(frozen=True, slots=True)
-class Redacted:
-    """What a line says about a record, scrubbed (service/observability/redaction.py)."""
-
-    message: str
-    context: list[tuple[str, Any]]
-    extras: list[tuple[str, Any]]
-    exception: str | None
-    stack: str | None
-
-
-def redacted(record: logging.LogRecord, formatter: logging.Formatter) -> Redacted:
-    """The record's message, context, extra fields, traceback and stack, scrubbed; the record itself
-    is left as it is (other handlers may still be reading it)."""
+def _message(record: logging.LogRecord) -> str:
     try:
-        message = record.getMessage()
+        return scrub(record.getMessage())
     except Exception:  # a bad format string must not lose the line
-        message = str(record.msg)
-    attributes = record.__dict__
-    context = []
-    for name in CONTEXT_FIELDS:
-        known = attributes.get(name)
-        if known is not None:
-            context.append((name, known if name in _CLEAN_CONTEXT_FIELDS else scrub(str(known))))
-    extras = [(key, scrub_value(key, attributes[key])) for key in extra_keys(record)]
+        return scrub(str(record.msg))
+
+
+def _exception_and_stack(
+    record: logging.LogRecord, formatter: logging.Formatter
+) -> tuple[str | None, str | None]:
     exception = record.exc_text
     if record.exc_info and not exception:
         exception = formatter.formatException(record.exc_info)
-    return Redacted(
-        message=scrub(message),
-        context=context,
-        extras=extras,
-        exception=scrub(exception) if exception else None,
-        stack=scrub(record.stack_info) if record.stack_info else None,
-    )
+    return (scrub(exception) if exception else None, scrub(record.stack_info) if record.stack_info else None)
 
 
 class _UtcSeconds:
@@ -130,23 +109,56 @@ class _UtcSeconds:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object a line (service/observability/json_line.py), redacted."""
+    """One JSON object a line (service/observability/json_line.py), redacted; the record itself
+    is left as it is (other handlers may still be reading it).
+
+    A field is scrubbed and encoded as `,"name":value`; for a short string value that text is
+    kept, keyed by name and value, since most values repeat from line to line (methods, paths,
+    tools, outcomes, users): the next line with it costs one lookup.
+    """
+
+    MAX_KEPT_CHARS = 256
+    MAX_KEPT = 4096
 
     def __init__(self) -> None:
         super().__init__()
         self._line = JsonLine()
         self._time = _UtcSeconds()
+        self._kept: dict[tuple[str, str], str] = {}
 
     def format(self, record: logging.LogRecord) -> str:
-        line = redacted(record, self)
-        fields = line.context + [(key, item) for key, item in line.extras if key not in _LINE_KEYS]
-        if line.exception:
-            fields.append(("exception", line.exception))
-        if line.stack:
-            fields.append(("stack", line.stack))
-        return self._line.encode(
-            self._time(record.created), record.levelname, record.name, line.message, fields
+        attributes = record.__dict__
+        fields = []
+        for name in CONTEXT_FIELDS:
+            known = attributes.get(name)
+            if known is not None:
+                fields.append(
+                    self._line.key(name) + json_line.string(str(known))
+                    if name in _CLEAN_CONTEXT_FIELDS
+                    else self._field(name, known if type(known) is str else str(known))
+                )
+        for name, item in attributes.items():
+            if name not in _NOT_EXTRA and name not in _LINE_KEYS:
+                fields.append(self._field(name, item))
+        exception, stack = _exception_and_stack(record, self)
+        if exception:
+            fields.append(self._line.key("exception") + json_line.string(exception))
+        if stack:
+            fields.append(self._line.key("stack") + json_line.string(stack))
+        return self._line.join(
+            self._time(record.created), record.levelname, record.name, _message(record), fields
         )
+
+    def _field(self, name: str, item: Any) -> str:
+        if type(item) is not str or len(item) > self.MAX_KEPT_CHARS:
+            return self._line.key(name) + json_line.value(scrub_value(name, item))
+        kept = self._kept.get((name, item))
+        if kept is None:
+            kept = self._line.key(name) + json_line.string(scrub_value(name, item))
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            self._kept[(name, item)] = kept
+        return kept
 
 
 # Keys the line itself has: an extra field of the same name is left out (context fields never
@@ -161,10 +173,11 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
-        line = redacted(record, self)
-        request_id = next((known for name, known in line.context if name == "request_id"), "-")
-        text = f"{self.formatTime(record)} {record.levelname} {record.name} [{request_id}]: {line.message}"
-        for more in (line.exception, line.stack):
+        request_id = record.__dict__.get("request_id") or "-"
+        text = (
+            f"{self.formatTime(record)} {record.levelname} {record.name} [{request_id}]: {_message(record)}"
+        )
+        for more in _exception_and_stack(record, self):
             if more:
                 text += "\n" + more
         return text
