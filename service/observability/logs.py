@@ -27,8 +27,8 @@ from opentelemetry import trace
 from service.observability import json_line
 from service.observability.json_line import JsonLine
 from service.observability.records import ReadyRecord
-from service.observability.redaction import scrub, scrub_value
-from service.observability.request_context import current
+from service.observability.redaction import REDACTED, scrub, scrub_value, sensitive_key
+from service.observability.request_context import current, trace_ids
 
 LogFormat = Literal["json", "text"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
@@ -41,11 +41,14 @@ _IGNORED_EXTRAS = frozenset({"color_message"})
 
 
 class ContextFilter(logging.Filter):
-    """Copies the current request context onto the record (without overriding explicit values)."""
+    """Copies the current request context onto the record (without overriding explicit values).
+    A `ReadyRecord` brings its own (service/observability/records.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if type(record) is ReadyRecord:
+            return True
         attributes = record.__dict__
-        if attributes.get("request_id") is None:  # an access line brings its own context
+        if attributes.get("request_id") is None:
             context = current()
             if context is not None:
                 for name, known in (
@@ -55,12 +58,8 @@ class ContextFilter(logging.Filter):
                 ):
                     if attributes.get(name) is None:
                         attributes[name] = known
-        span = trace.get_current_span().get_span_context()
-        if span.is_valid:
-            if attributes.get("trace_id") is None:
-                attributes["trace_id"] = trace.format_trace_id(span.trace_id)
-            if attributes.get("span_id") is None:
-                attributes["span_id"] = trace.format_span_id(span.span_id)
+        if attributes.get("trace_id") is None:
+            attributes.update(trace_ids(trace.get_current_span()))
         return True
 
 
@@ -138,7 +137,7 @@ class JsonFormatter(logging.Formatter):
                     else self._field(name, known if type(known) is str else str(known))
                 )
         for name, item in attributes.items():
-            if name not in _NOT_EXTRA and name not in _LINE_KEYS:
+            if name not in _NOT_EXTRA_OR_LINE_KEY:
                 fields.append(self._field(name, item))
         exception, stack = _exception_and_stack(record, self)
         if exception:
@@ -150,7 +149,10 @@ class JsonFormatter(logging.Formatter):
         )
 
     def _field(self, name: str, item: Any) -> str:
-        if type(item) is not str or len(item) > self.MAX_KEPT_CHARS:
+        kind = type(item)
+        if kind in _SCALARS:  # nothing to scrub but the name
+            return self._line.key(name) + (REDACTED_JSON if sensitive_key(name) else json_line.value(item))
+        if kind is not str or len(item) > self.MAX_KEPT_CHARS:
             return self._line.key(name) + json_line.value(scrub_value(name, item))
         kept = self._kept.get((name, item))
         if kept is None:
@@ -164,6 +166,9 @@ class JsonFormatter(logging.Formatter):
 # Keys the line itself has: an extra field of the same name is left out (context fields never
 # are extras, see `extra_keys`).
 _LINE_KEYS = frozenset({"time", "level", "logger", "message", "exception", "stack"})
+_NOT_EXTRA_OR_LINE_KEY = _NOT_EXTRA | _LINE_KEYS
+_SCALARS = frozenset({int, float, bool, type(None)})
+REDACTED_JSON = json_line.string(REDACTED)
 
 
 class TextFormatter(logging.Formatter):

@@ -3,7 +3,8 @@
 `Logger.log` looks up the caller's frame, and the queue handler (service/observability/logs.py)
 copies each record and renders its message on the event loop, since a record's arguments could
 change once the call returns. A `ReadyRecord` holds only immutable values (str, int, float, bool,
-None, tuples of them), so it goes on the queue as it is, and the writer thread renders it.
+None, tuples of them), so it goes on the queue as it is, and the writer thread renders it. It
+carries its own context (request id, user, elicitation, trace ids): the context filter leaves it.
 """
 
 from __future__ import annotations

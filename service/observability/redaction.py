@@ -128,7 +128,7 @@ def scrub_every_pattern(text: str) -> str:
 
 def scrub_value(key: str, value: Any) -> Any:
     """An extra log field: secret-named keys are dropped to a marker, strings are scrubbed."""
-    if _sensitive_key(key):
+    if sensitive_key(key):
         return REDACTED
     if isinstance(value, str):
         return scrub(value)
@@ -143,7 +143,8 @@ def scrub_value(key: str, value: Any) -> Any:
 SAFE_KEYS = frozenset({"token_id", "token_kind"})
 
 
-def _sensitive_key(key: str) -> bool:
+def sensitive_key(key: str) -> bool:
+    """Whether a field of this name is dropped to a marker, whatever its value."""
     return _judged_key(key) if len(key) <= 64 else _judge_key(key)
 
 

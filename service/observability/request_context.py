@@ -246,8 +246,11 @@ class RequestContextMiddleware:
             method, route = scope.get("method", ""), self.route or route_label(scope)
             if self.requests is not None:
                 self.requests.http_request(method, route, status)
+            span_ids: dict[str, str] = {}
             if self.tracer is not None:
-                describe_request(trace.get_current_span(), method, route, status)
+                span = trace.get_current_span()
+                describe_request(span, method, route, status)
+                span_ids = trace_ids(span)
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
@@ -270,10 +273,22 @@ class RequestContextMiddleware:
                         "http_path": path,
                         "http_status": status,
                         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                        **span_ids,
                         **notes,
                     },
                 )
             _current.reset(token)
+
+
+def trace_ids(span: trace.Span) -> dict[str, str]:
+    """`trace_id` and `span_id` of a valid span, as log lines carry them; {} otherwise."""
+    context = span.get_span_context()
+    if not context.is_valid:
+        return {}
+    return {
+        "trace_id": trace.format_trace_id(context.trace_id),
+        "span_id": trace.format_span_id(context.span_id),
+    }
 
 
 def _with_request_id(headers: Iterable[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
