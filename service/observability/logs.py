@@ -232,8 +232,11 @@ class LineWriter:
     the writer, and the two then trade the interpreter lock for every line. Here records go on a
     deque (appending takes no lock and wakes no one), and the writer wakes every FLUSH_SECONDS,
     or as soon as HIGH_WATER records wait, formats what is there and writes it with one `write`
-    and one `flush` per BATCH lines. Past CAPACITY waiting records (a stream that stopped taking
-    lines) new records are dropped and counted, and the count is logged once the writer catches up.
+    and one `flush` per BATCH lines. After each line it offers the interpreter lock back
+    (`time.sleep(0)`), so the event loop, if it is waiting for the lock, runs first: a batch never
+    holds the loop up for more than one line. Past CAPACITY waiting records (a stream that stopped
+    taking lines) new records are dropped and counted, and the count is logged once the writer
+    catches up.
     """
 
     FLUSH_SECONDS = 0.05
@@ -291,6 +294,7 @@ class LineWriter:
                     lines.append(self.formatter.format(record))
                 except Exception:  # one bad record must not stop the writer
                     _ERROR_REPORTER.handleError(record)
+                time.sleep(0)  # the event loop first, if it waits for the interpreter lock
             if self._dropped:
                 dropped, self._dropped = self._dropped, 0
                 lines.append(self.formatter.format(_dropped_record(dropped)))
