@@ -251,7 +251,7 @@ class LineWriter:
         self._wake = threading.Event()
         self._stopping = False
         self._dropped = 0
-        self._thread = threading.Thread(target=self._run, name="log-writer", daemon=True)
+        self._writing = threading.Thread(target=self._run, name="log-writer", daemon=True)
 
     def put_nowait(self, record: logging.LogRecord) -> None:
         """What `QueueHandler` calls, from any thread."""
@@ -264,15 +264,15 @@ class LineWriter:
             self._wake.set()
 
     def start(self) -> None:
-        self._thread.start()
+        self._writing.start()
 
     def stop(self) -> None:
         """Write out what is queued and end the thread."""
-        if not self._thread.is_alive():
+        if not self._writing.is_alive():
             return
         self._stopping = True
         self._wake.set()
-        self._thread.join()
+        self._writing.join()
 
     def _run(self) -> None:
         while True:
