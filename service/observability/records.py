@@ -20,11 +20,18 @@ class ReadyRecord(logging.LogRecord):
     """A record whose `args` and extra fields are immutable values."""
 
 
+# What `Logger.makeRecord` refuses as `extra=` keys: the record's own attributes.
+RESERVED = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
 def emit(
     logger: logging.Logger, level: int, msg: str, args: tuple[Immutable, ...], fields: Mapping[str, Immutable]
 ) -> None:
     """`logger.log(level, msg, *args, extra=fields)` for immutable values, without the caller lookup;
-    the caller has checked `logger.isEnabledFor(level)`. `fields` must not name a LogRecord attribute."""
+    the caller has checked `logger.isEnabledFor(level)`. Like `extra=`, `fields` may not name one of
+    the record's own attributes (KeyError)."""
+    if not RESERVED.isdisjoint(fields):
+        raise KeyError(f"attempt to overwrite {sorted(RESERVED.intersection(fields))} in a LogRecord")
     record = ReadyRecord(logger.name, level, "", 0, msg, args, None)
     record.__dict__.update(fields)
     logger.handle(record)

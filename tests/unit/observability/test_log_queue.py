@@ -151,3 +151,9 @@ def test_lines_keep_their_order_across_batches_and_all_are_written_at_stop() -> 
     assert [json.loads(line)["message"] for line in stream.getvalue().splitlines()] == [
         str(index) for index in range(count)
     ]
+
+
+def test_fields_may_not_overwrite_the_record_itself() -> None:
+    logger = logging.getLogger("service.test.reserved")
+    with pytest.raises(KeyError, match="msg"):
+        emit(logger, logging.INFO, "m", (), {"msg": "overwritten", "fine": 1})
