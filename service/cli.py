@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
 from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
-from service.logging_setup import configure_logging
+from service.logging_setup import configure_logging, write_out_before_dying_of
 from service.paywall.pg_bus import notify_revocation
 from service.settings import ConfigurationError, Settings, listen_problem
 from service.tool_packages import ToolPackageError, load_tools
@@ -132,6 +133,7 @@ def _serve(settings: Settings, host: str | None, port: int | None, *, keep_alive
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.effective_log_format)
+    write_out_before_dying_of(signal.SIGTERM, signal.SIGINT)
     tracing = tracer_provider(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     if tracing is not None:
         trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import signal
+from types import FrameType
 from typing import TextIO
 
 from service.observability.logs import LineWriter, LogFormat, install
@@ -30,6 +32,21 @@ def stop_logging() -> None:
     """Write out what is queued and end the writer thread; the root logger keeps its queue."""
     while _running:
         _running.pop().stop()
+
+
+def write_out_before_dying_of(*signals: signal.Signals) -> None:
+    """For `serve`: uvicorn, once shut down, restores the signal handlers it found and raises the
+    signal that stopped it again, and the default handler ends the process without running
+    `atexit`, losing the lines still queued. This handler writes them out, then dies of the signal
+    all the same (same exit status)."""
+
+    def die(signum: int, _frame: FrameType | None) -> None:
+        stop_logging()
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+
+    for number in signals:
+        signal.signal(number, die)
 
 
 atexit.register(stop_logging)
