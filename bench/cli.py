@@ -26,7 +26,7 @@ from bench.servers import STATIC_TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
 SCENARIOS = ("throughput", "unentitled", "webhooks", "notify", "idle", "login-flood", "unpaid", "soak")
-# The service as deployed: JSON logs at INFO and /metrics on (`paid-prod`), for `unpaid` and `soak`.
+# Every paid server runs as deployed (k8s/base): JSON logs at INFO, /metrics on a port of its own.
 PRODUCTION_LOGGING = {"log_level": "INFO", "log_format": "json", "metrics_enabled": True}
 # `unpaid` opens 16 legacy sessions for its one unentitled user; the default cap is 10.
 PAID_PROD_SESSION_CAP = 64
@@ -45,6 +45,8 @@ MODES = {
     "2026-07-28": ("modern", ""),
 }
 SERVER_ORDER = ("bare", "bare-auth", "paid")
+ACCESS_LINE = '"logger":"service.access"'
+ACCESS_LINE_TIMEOUT = 10.0
 
 
 @dataclass
@@ -61,6 +63,7 @@ class Options:
     idle_sessions: int
     soak_seconds: float
     output: Path
+    paid_overrides: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,14 +93,15 @@ class Bench:
             "database_url": database_url,
             "public_base_url": f"http://127.0.0.1:{public_port or port}",
             "port": port,
-            "log_level": "WARNING",
+            **PRODUCTION_LOGGING,
+            "metrics_port": procs.free_port(),
             # The bench's one standalone sandbox: no embedded sandbox starts in the server.
             "stripe_secret_key": seed.SANDBOX_KEY,
             "stripe_api_base": self.stripe_api_base,
             "stripe_sandbox_state_file": None,
             # The bench's one entitled user stands for many clients (64 connections, 1,000 idle sessions).
             "max_legacy_sessions_per_user": 100_000,
-        }
+        } | self.options.paid_overrides
 
     @property
     def stripe_api_base(self) -> str:
@@ -176,7 +180,7 @@ class Bench:
             if name.startswith("paid-flood"):
                 settings |= login_flood.PRODUCTION_LIKE
             if name == "paid-prod":
-                settings |= PRODUCTION_LOGGING | {"max_legacy_sessions_per_user": PAID_PROD_SESSION_CAP}
+                settings |= {"max_legacy_sessions_per_user": PAID_PROD_SESSION_CAP}
             env["BENCH_SETTINGS"] = json.dumps(settings)
             pending.append((name, port, env))
             self.targets[name] = Target(
@@ -215,6 +219,22 @@ class Bench:
                     raise RuntimeError(f"smoke call failed on {name} {mode}: {message}")
                 if name.endswith("-json") and "application/json" not in content_type:
                     raise RuntimeError(f"{name} answered {content_type}, not JSON")
+        self.check_production_logging()
+
+    def check_production_logging(self) -> None:
+        """Each paid server wrote the JSON access lines of the smoke calls, as deployed: a server
+        that logged nothing would flatter us."""
+        if {"log_level", "log_format"} & set(self.options.paid_overrides):
+            print("  ! paid servers' logging overridden: not the deployed configuration", flush=True)
+            return
+        deadline = time.monotonic() + ACCESS_LINE_TIMEOUT
+        for name, target in self.targets.items():
+            if not name.startswith("paid"):
+                continue
+            while ACCESS_LINE not in target.server.log.read_text(errors="replace"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{name} wrote no JSON access line: is production logging on?")
+                time.sleep(0.05)
 
     def stop(self) -> None:
         procs.stop_all()
@@ -826,6 +846,12 @@ def parse_options(argv: list[str]) -> Options:
     parser.add_argument("--idle-sessions", type=int, default=1000)
     parser.add_argument("--soak-seconds", type=float, default=600.0, help="soak: how long (default 600)")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--paid-settings",
+        default="{}",
+        help="experiments only: settings over every paid server's, as JSON "
+        """(e.g. '{"log_level": "WARNING"}'); the report's command names them""",
+    )
     args = parser.parse_args(argv)
     scenarios = [name for name in args.scenarios.split(",") if name]
     unknown = set(scenarios) - set(SCENARIOS)
@@ -835,6 +861,12 @@ def parse_options(argv: list[str]) -> Options:
         parser.error("rounds must be 1..20 and duration 0.5..60 s")
     if not 2 <= args.cycles <= 200 or not 0.1 <= args.slice <= 10:
         parser.error("cycles must be 2..200 and slice 0.1..10 s")
+    try:
+        paid_overrides = json.loads(args.paid_settings)
+    except ValueError as exc:
+        parser.error(f"--paid-settings is not JSON: {exc}")
+    if not isinstance(paid_overrides, dict):
+        parser.error("--paid-settings must be a JSON object")
     return Options(
         rounds=args.rounds,
         duration=args.duration,
@@ -848,6 +880,7 @@ def parse_options(argv: list[str]) -> Options:
         idle_sessions=min(args.idle_sessions, 5000),
         soak_seconds=min(max(args.soak_seconds, 10.0), 3600.0),
         output=args.output,
+        paid_overrides=paid_overrides,
     )
 
 

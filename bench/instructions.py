@@ -1,6 +1,7 @@
 """Instructions per tools/call, counted by callgrind: the bench's noise-free yardstick.
 
     .venv/bin/python -m bench.instructions [--mode legacy|modern] [--calls 500] [--servers bare,paid]
+                                            [--logs production|off]
 
 The shared 2-core machines this project is measured on change speed by 2x within minutes, so two
 timings of the same code can differ by more than the change being judged. Instruction counts do
@@ -84,6 +85,7 @@ def run_under_valgrind(arguments: argparse.Namespace) -> dict[str, int]:
             "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={output}",
             sys.executable, "-m", "bench.instructions", "--inside", str(shim),
             "--mode", arguments.mode, "--calls", str(arguments.calls), "--servers", arguments.servers,
+            "--logs", arguments.logs,
         ]  # fmt: skip
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         counts: dict[str, int] = {}
@@ -103,12 +105,23 @@ def main() -> None:
     parser.add_argument(
         "--servers", default=",".join(SERVERS), help="a comma-separated subset of " + ", ".join(SERVERS)
     )
+    parser.add_argument(
+        "--logs",
+        choices=("production", "off"),
+        default="production",
+        help="production: JSON at INFO through the queue, as deployed (the writer thread's "
+        "instructions count too); off: nothing logged",
+    )
     parser.add_argument("--inside", help=argparse.SUPPRESS)  # the shim's path, when run by valgrind
     arguments = parser.parse_args()
     names = [name for name in arguments.servers.split(",") if name]
     if unknown := set(names) - set(SERVERS):
         parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
     if arguments.inside:
+        if arguments.logs == "production":  # as `serve` sets it up; the lines go nowhere
+            from service.logging_setup import configure_logging
+
+            configure_logging("INFO", "json", open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
         asyncio.run(count_windows(ctypes.CDLL(arguments.inside), arguments.mode, arguments.calls, names))
         return
     counts = run_under_valgrind(arguments)

@@ -117,16 +117,20 @@ def gc_probe_path(log: Path) -> Path:
 
 
 def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Server:
-    """`uvicorn bench.servers:create --factory` on 127.0.0.1:port, one process, no reload."""
+    """On 127.0.0.1:port, one process, no reload: our service (BENCH_KIND=paid) as `serve` starts
+    it (`bench/paid_serve.py`), the others as `uvicorn bench.servers:create --factory`."""
     log = logdir / f"{name}.log"
     handle: IO[bytes] = log.open("wb")
-    args = [
-        sys.executable, "-m", "uvicorn", "bench.servers:create", "--factory",
-        "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2",
-        # Interleaved throughput leaves a server's connections idle while the others take turns.
-        "--timeout-keep-alive", "120",
-    ]  # fmt: skip
+    if env.get("BENCH_KIND") == "paid":
+        args = [sys.executable, "-m", "bench.paid_serve"]
+    else:
+        args = [
+            sys.executable, "-m", "uvicorn", "bench.servers:create", "--factory",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2",
+            # Interleaved throughput leaves a server's connections idle while the others take turns.
+            "--timeout-keep-alive", "120",
+        ]  # fmt: skip
     environment = {**env, "BENCH_PORT": str(port), "BENCH_GC_PROBE": str(gc_probe_path(log))}
     process = spawn(args, env=environment, stdout=handle, stderr=subprocess.STDOUT)
     handle.close()

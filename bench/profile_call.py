@@ -1,6 +1,6 @@
 """Where a paid tools/call spends its CPU, next to the bare SDK's: in process, no sockets.
 
-    .venv/bin/python -m bench.profile_call [--calls 3000] [--top 25] [--mode modern|legacy]
+    .venv/bin/python -m bench.profile_call [--calls 3000] [--top 25] [--mode modern|legacy] [--logs off]
 
 Drives the same `tools/call` (2026-07-28, or in a legacy SSE session) through each ASGI app
 directly (an ASGI scope and a body, the way uvicorn hands them over), so the numbers are the
@@ -216,7 +216,6 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
         stripe_secret_key="sk_test_profile",  # noqa: S106 - a loopback profile's fixed key
         stripe_api_base="http://127.0.0.1:9",  # never called: nothing here needs Stripe
         reconcile_interval_seconds=0,
-        log_level="WARNING",
     )
     return ProcessTuning(create_app(settings), settings), issued.secret  # as `serve` runs it
 
@@ -260,5 +259,16 @@ if __name__ == "__main__":
     parser.add_argument(
         "--mode", choices=("modern", "legacy"), default="modern", help="2026-07-28, or a legacy SSE session"
     )
+    parser.add_argument(
+        "--logs",
+        choices=("production", "off"),
+        default="production",
+        help="production: JSON at INFO through the queue and its writer thread, as deployed (CPU per "
+        "call includes that thread's); off: nothing logged",
+    )
     arguments = parser.parse_args()
+    if arguments.logs == "production":  # as `serve` sets it up; the lines go nowhere
+        from service.logging_setup import configure_logging
+
+        configure_logging("INFO", "json", open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
     asyncio.run(main(arguments.calls, arguments.top, arguments.concurrency, arguments.mode))

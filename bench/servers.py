@@ -7,18 +7,16 @@
   (`bench/without_sniffio`; our service depends on sniffio, so the bench's environment has it).
 - `bare-auth`: the same with a static bearer-token verifier (a dict lookup): separates the cost of
   authentication from the cost of the paywall.
-- `paid`: our service, `service.app.create_app(Settings(...))` wrapped as `serve` wraps it (settings from
-  BENCH_SETTINGS; the bench points them at its standalone sandbox, so no embedded sandbox starts).
+- `paid` is not here: our service starts through its own `serve` code (`bench/paid_serve.py`).
 - `sandbox`: the one Stripe sandbox all `paid*` servers talk to (`create_sandbox_app`), no webhook
   endpoints (the bench posts webhooks itself), nothing persisted.
 
-BENCH_JSON=1 serves legacy requests with JSON responses: `json_response=True` for the bare servers,
-the MCP_JSON_RESPONSE setting (`mcp_json_response`) for `paid`.
+The bare servers keep the SDK's defaults (`MCPServer`'s log level, INFO, which logs nothing per
+tool call); BENCH_JSON=1 serves legacy requests with JSON responses (`json_response=True`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
@@ -56,21 +54,9 @@ def bare_app(*, with_auth: bool) -> Starlette:
         kwargs["auth"] = AuthSettings.model_validate(
             {"issuer_url": base, "resource_server_url": f"{base}/mcp", "validate_token_resource": False}
         )
-    server = MCPServer("bench-bare", log_level="WARNING", **kwargs)
+    server = MCPServer("bench-bare", **kwargs)
     server.add_tool(ascii_chart, description="Draw a horizontal bar chart of numbers as plain text.")
     return server.streamable_http_app(json_response=_json_response())
-
-
-def paid_app() -> Any:
-    import service.app
-    from service.process_tuning import ProcessTuning
-    from service.settings import Settings
-
-    values = json.loads(os.environ["BENCH_SETTINGS"])
-    if _json_response():
-        values["mcp_json_response"] = True
-    settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
-    return ProcessTuning(service.app.create_app(settings), settings)  # as `serve` runs it
 
 
 def sandbox_app() -> Any:
@@ -88,8 +74,6 @@ def create() -> Any:
         if "sniffio" in sys.modules:
             raise RuntimeError("a bare SDK server runs without sniffio: see bench.procs.WITHOUT_SNIFFIO")
         return app
-    if kind == "paid":
-        return paid_app()
     if kind == "sandbox":
         return sandbox_app()
     raise ValueError(f"unknown BENCH_KIND {kind!r}")

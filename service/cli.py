@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
 from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
-from service.logging_setup import configure_logging, stop_logging
+from service.logging_setup import configure_logging, write_out_before_dying_of
 from service.paywall.pg_bus import notify_revocation
 from service.settings import ConfigurationError, Settings, listen_problem
 from service.tool_packages import ToolPackageError, load_tools
@@ -107,7 +108,9 @@ def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[i
     return asyncio.run(run())
 
 
-def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+def _serve(settings: Settings, host: str | None, port: int | None, *, keep_alive_seconds: int = 5) -> int:
+    """`serve`: logging, tracing and the app as deployed. `keep_alive_seconds` is uvicorn's idle
+    keep-alive timeout (its default; the bench keeps connections idle longer between its turns)."""
     import uvicorn
     from opentelemetry import trace
 
@@ -130,6 +133,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, settings.effective_log_format)
+    write_out_before_dying_of(signal.SIGTERM, signal.SIGINT)
     tracing = tracer_provider(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     if tracing is not None:
         trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too
@@ -147,18 +151,10 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
         # by the request-context middleware's access line.
         log_config=None,
         access_log=False,
+        timeout_keep_alive=keep_alive_seconds,
         timeout_graceful_shutdown=25,
     )
-    flush = flush_spans(tracing) if tracing is not None else None
-
-    def after_shutdown() -> None:
-        # uvicorn then re-raises the stopping signal, which ends the process before atexit runs:
-        # queued spans and log lines (its own "Application shutdown complete" among them) go now.
-        if flush is not None:
-            flush()
-        stop_logging()
-
-    DrainingServer(config, app, after_shutdown=after_shutdown).run()
+    DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run()
     return 0
 
 

@@ -7,24 +7,28 @@ when there is one. Every line passes the redaction filter first.
 
 The event loop never writes a line itself: `install` puts a `QueueHandler` on the root logger,
 which stamps the request context on the record and queues it, and a `QueueListener` thread
-redacts, formats and writes it.
+redacts, formats and writes it, leaving the record as it was. The access line, one per request,
+is a `ReadyRecord` (service/observability/records.py): nothing of it is rendered on the loop.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
-import json
 import logging
 import logging.handlers
-import queue
 import sys
+import threading
 import time
 from typing import Any, Literal, TextIO
 
 from opentelemetry import trace
 
-from service.observability.redaction import scrub, scrub_value
-from service.observability.request_context import current
+from service.observability import json_line
+from service.observability.json_line import JsonLine
+from service.observability.records import ReadyRecord
+from service.observability.redaction import REDACTED, scrub, scrub_value, sensitive_key
+from service.observability.request_context import current, trace_ids
 
 LogFormat = Literal["json", "text"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
@@ -37,110 +41,174 @@ _IGNORED_EXTRAS = frozenset({"color_message"})
 
 
 class ContextFilter(logging.Filter):
-    """Copies the current request context onto the record (without overriding explicit values)."""
+    """Copies the current request context onto the record (without overriding explicit values).
+    A `ReadyRecord` brings its own (service/observability/records.py)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        context = current()
-        known = context.fields() if context is not None else {}
-        span = trace.get_current_span().get_span_context()
-        if span.is_valid:
-            known["trace_id"] = trace.format_trace_id(span.trace_id)
-            known["span_id"] = trace.format_span_id(span.span_id)
-        for name in CONTEXT_FIELDS:
-            if getattr(record, name, None) is None:
-                setattr(record, name, known.get(name))
+        if type(record) is ReadyRecord:
+            return True
+        attributes = record.__dict__
+        if attributes.get("request_id") is None:
+            context = current()
+            if context is not None:
+                for name, known in (
+                    ("request_id", context.request_id),
+                    ("user_id", context.user_id),
+                    ("elicitation_id", context.elicitation_id),
+                ):
+                    if attributes.get(name) is None:
+                        attributes[name] = known
+        if attributes.get("trace_id") is None:
+            attributes.update(trace_ids(trace.get_current_span()))
         return True
 
 
-class RedactionFilter(logging.Filter):
-    """Scrubs the formatted message, its extra fields and its traceback, in place."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string must not lose the line
-            message = str(record.msg)
-        record.msg, record.args = scrub(message), None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = scrub(record.exc_text)
-        record.exc_info = None
-        if record.stack_info:
-            record.stack_info = scrub(record.stack_info)
-        for key in [*extra_keys(record), *CONTEXT_FIELDS]:
-            value = getattr(record, key, None)
-            if value is not None:
-                setattr(record, key, scrub(value) if key in CONTEXT_FIELDS else scrub_value(key, value))
-        return True
+_NOT_EXTRA = _STANDARD_ATTRS | frozenset(CONTEXT_FIELDS) | _IGNORED_EXTRAS
 
 
 def extra_keys(record: logging.LogRecord) -> list[str]:
-    return [
-        key
-        for key in record.__dict__
-        if key not in _STANDARD_ATTRS and key not in CONTEXT_FIELDS and key not in _IGNORED_EXTRAS
-    ]
+    return [key for key in record.__dict__ if key not in _NOT_EXTRA]
 
 
-# One encoder for every line: `json.dumps` with options builds a new encoder on each call.
-_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
+# Ids the service makes or checks itself (request ids: service/observability/request_context.py)
+# and OpenTelemetry's hex ids: nothing in them to redact.
+_CLEAN_CONTEXT_FIELDS = frozenset({"request_id", "trace_id", "span_id"})
 
 
-def _utc_time(created: float) -> str:
-    """`created` as ISO 8601 in UTC, to the millisecond (cheaper than going through `datetime`)."""
-    seconds = int(created)
-    return (
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-        + f".{int((created - seconds) * 1000):03d}+00:00"
-    )
+def _message(record: logging.LogRecord) -> str:
+    try:
+        return scrub(record.getMessage())
+    except Exception:  # a bad format string must not lose the line
+        return scrub(str(record.msg))
+
+
+def _exception_and_stack(
+    record: logging.LogRecord, formatter: logging.Formatter
+) -> tuple[str | None, str | None]:
+    exception = record.exc_text
+    if record.exc_info and not exception:
+        exception = formatter.formatException(record.exc_info)
+    return (scrub(exception) if exception else None, scrub(record.stack_info) if record.stack_info else None)
+
+
+class _UtcSeconds:
+    """`created` as ISO 8601 in UTC to the millisecond; the text up to the second is made once a
+    second (cheaper than going through `datetime` for each line)."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return f"{self._prefix}.{int((created - second) * 1000):03d}+00:00"
 
 
 class JsonFormatter(logging.Formatter):
+    """One JSON object a line (service/observability/json_line.py), redacted; the record itself
+    is left as it is (other handlers may still be reading it).
+
+    A field is scrubbed and encoded as `,"name":value`; for a short string value that text is
+    kept, keyed by name and value, since most values repeat from line to line (methods, paths,
+    tools, outcomes, users): the next line with it costs one lookup.
+    """
+
+    MAX_KEPT_CHARS = 256
+    MAX_KEPT = 4096
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._line = JsonLine()
+        self._time = _UtcSeconds()
+        self._kept: dict[tuple[str, str], str] = {}
+
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": _utc_time(record.created),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
+        attributes = record.__dict__
+        fields = []
         for name in CONTEXT_FIELDS:
-            value = getattr(record, name, None)
-            if value is not None:
-                line[name] = value
-        for key in extra_keys(record):
-            line.setdefault(key, getattr(record, key))
-        if record.exc_info and not record.exc_text:
-            record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            line["exception"] = record.exc_text
-        if record.stack_info:
-            line["stack"] = record.stack_info
-        return _encode(line)
+            known = attributes.get(name)
+            if known is not None:
+                fields.append(
+                    self._line.key(name) + json_line.string(str(known))
+                    if name in _CLEAN_CONTEXT_FIELDS
+                    else self._field(name, known if type(known) is str else str(known))
+                )
+        for name, item in attributes.items():
+            if name not in _NOT_EXTRA_OR_LINE_KEY:
+                fields.append(self._field(name, item))
+        exception, stack = _exception_and_stack(record, self)
+        if exception:
+            fields.append(self._line.key("exception") + json_line.string(exception))
+        if stack:
+            fields.append(self._line.key("stack") + json_line.string(stack))
+        return self._line.join(
+            self._time(record.created), record.levelname, record.name, _message(record), fields
+        )
+
+    def _field(self, name: str, item: Any) -> str:
+        kind = type(item)
+        if kind in _SCALARS:  # nothing to scrub but the name
+            return self._line.key(name) + (REDACTED_JSON if sensitive_key(name) else json_line.value(item))
+        if kind is not str or len(item) > self.MAX_KEPT_CHARS:
+            return self._line.key(name) + json_line.value(scrub_value(name, item))
+        kept = self._kept.get((name, item))
+        if kept is None:
+            kept = self._line.key(name) + json_line.string(scrub_value(name, item))
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            self._kept[(name, item)] = kept
+        return kept
 
 
-class _TextFormatter(logging.Formatter):
+# Keys the line itself has: an extra field of the same name is left out (context fields never
+# are extras, see `extra_keys`).
+_LINE_KEYS = frozenset({"time", "level", "logger", "message", "exception", "stack"})
+_NOT_EXTRA_OR_LINE_KEY = _NOT_EXTRA | _LINE_KEYS
+_SCALARS = frozenset({int, float, bool, type(None)})
+REDACTED_JSON = json_line.string(REDACTED)
+
+
+class TextFormatter(logging.Formatter):
+    """TEXT_FORMAT, redacted, with the traceback or stack on the following lines."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
     def format(self, record: logging.LogRecord) -> str:
-        if getattr(record, "request_id", None) is None:
-            record.request_id = "-"
-        return super().format(record)
+        request_id = record.__dict__.get("request_id") or "-"
+        text = (
+            f"{self.formatTime(record)} {record.levelname} {record.name} [{request_id}]: {_message(record)}"
+        )
+        for more in _exception_and_stack(record, self):
+            if more:
+                text += "\n" + more
+        return text
+
+
+def _formatter(log_format: LogFormat) -> logging.Formatter:
+    return JsonFormatter() if log_format == "json" else TextFormatter()
 
 
 def build_handler(log_format: LogFormat, stream: TextIO | None = None) -> logging.Handler:
-    """A stream handler with the context and redaction filters and the chosen format; it writes
-    in the thread that logs (tests read it synchronously; `install` writes from a thread)."""
+    """A stream handler with the context filter and the chosen (redacting) format; it writes in
+    the thread that logs (tests read it synchronously; `install` writes from a thread)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ContextFilter())
-    handler.addFilter(RedactionFilter())
-    handler.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(TEXT_FORMAT))
+    handler.setFormatter(_formatter(log_format))
     return handler
 
 
 class _Enqueue(logging.handlers.QueueHandler):
     """Queues a copy of the record with its message and traceback already rendered: its arguments
-    may change once the call returns, and its traceback would keep the caller's frames alive."""
+    may change once the call returns, and its traceback would keep the caller's frames alive. A
+    `ReadyRecord` holds only immutable values: it is queued as it is, and rendered by the writer."""
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        if type(record) is ReadyRecord:
+            return record
         queued = copy.copy(record)
         try:
             queued.msg = record.getMessage()
@@ -157,22 +225,115 @@ class _Enqueue(logging.handlers.QueueHandler):
 _traceback_formatter = logging.Formatter()
 
 
-def install(
-    level: str, log_format: LogFormat, stream: TextIO | None = None
-) -> logging.handlers.QueueListener:
+class LineWriter:
+    """The thread that writes the queued records out, in batches (the queue of `install`).
+
+    Handing each record to a waiting thread costs more than formatting it: the loop's thread wakes
+    the writer, and the two then trade the interpreter lock for every line. Here records go on a
+    deque (appending takes no lock and wakes no one), and the writer wakes every FLUSH_SECONDS,
+    or as soon as HIGH_WATER records wait, formats what is there and writes it with one `write`
+    and one `flush` per BATCH lines. After each line it offers the interpreter lock back
+    (`time.sleep(0)`), so the event loop, if it is waiting for the lock, runs first: a batch never
+    holds the loop up for more than one line. Past CAPACITY waiting records (a stream that stopped
+    taking lines) new records are dropped and counted, and the count is logged once the writer
+    catches up.
+    """
+
+    FLUSH_SECONDS = 0.05
+    HIGH_WATER = 256
+    BATCH = 64
+    CAPACITY = 20_000
+
+    def __init__(self, stream: TextIO, formatter: logging.Formatter) -> None:
+        self.stream = stream
+        self.formatter = formatter
+        self._records: collections.deque[logging.LogRecord] = collections.deque()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._dropped = 0
+        self._writing = threading.Thread(target=self._run, name="log-writer", daemon=True)
+
+    def put_nowait(self, record: logging.LogRecord) -> None:
+        """What `QueueHandler` calls, from any thread."""
+        waiting = len(self._records)
+        if waiting >= self.CAPACITY:
+            self._dropped += 1
+            return
+        self._records.append(record)
+        if waiting >= self.HIGH_WATER and not self._wake.is_set():
+            self._wake.set()
+
+    def start(self) -> None:
+        self._writing.start()
+
+    def stop(self) -> None:
+        """Write out what is queued and end the thread."""
+        if not self._writing.is_alive():
+            return
+        self._stopping = True
+        self._wake.set()
+        self._writing.join()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.FLUSH_SECONDS)
+            self._wake.clear()
+            stopping = self._stopping  # read before draining: what comes after is written at stop
+            self._drain()
+            if stopping:
+                self._drain()
+                return
+
+    def _drain(self) -> None:
+        records = self._records
+        while records:
+            lines = []
+            for _ in range(min(self.BATCH, len(records))):
+                record = records.popleft()
+                try:
+                    lines.append(self.formatter.format(record))
+                except Exception:  # one bad record must not stop the writer
+                    _ERROR_REPORTER.handleError(record)
+                time.sleep(0)  # the event loop first, if it waits for the interpreter lock
+            if self._dropped:
+                dropped, self._dropped = self._dropped, 0
+                lines.append(self.formatter.format(_dropped_record(dropped)))
+            if lines:
+                self._write(lines)
+
+    def _write(self, lines: list[str]) -> None:
+        try:
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
+        except Exception:  # a closed or broken stream: reported on stderr, as logging does
+            _ERROR_REPORTER.handleError(_dropped_record(len(lines)))
+
+
+_ERROR_REPORTER = logging.Handler()
+
+
+def _dropped_record(count: int) -> logging.LogRecord:
+    return logging.LogRecord(
+        "service.logging",
+        logging.WARNING,
+        "",
+        0,
+        "%d log lines dropped: the log stream fell behind",
+        (count,),
+        None,
+    )
+
+
+def install(level: str, log_format: LogFormat, stream: TextIO | None = None) -> LineWriter:
     """Replace the root logger's handlers with a queue, and start the thread that writes it out;
-    returns that listener, which the caller stops (writing what is still queued) at exit."""
-    records: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
-    enqueue = _Enqueue(records)
+    returns that writer, which the caller stops (writing what is still queued) at exit."""
+    writer = LineWriter(stream or sys.stderr, _formatter(log_format))
+    enqueue = _Enqueue(writer)  # type: ignore[arg-type]  # a queue as far as QueueHandler goes
     enqueue.addFilter(ContextFilter())  # the request context lives in the logging task, not the thread
-    writer = logging.StreamHandler(stream or sys.stderr)
-    writer.addFilter(RedactionFilter())
-    writer.setFormatter(JsonFormatter() if log_format == "json" else _TextFormatter(TEXT_FORMAT))
-    listener = logging.handlers.QueueListener(records, writer)
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
     root.addHandler(enqueue)
     root.setLevel(level)
-    listener.start()
-    return listener
+    writer.start()
+    return writer

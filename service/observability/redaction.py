@@ -8,6 +8,7 @@ numbers (13 to 19 digits passing the Luhn check). A Stripe event payload is repl
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -77,8 +78,44 @@ def _redact_card(match: re.Match[str]) -> str:
     return "[REDACTED-PAN]" if _luhn_valid(digits) else match.group(0)
 
 
+# A substring that each pattern above needs in order to match (each alternative is one pattern's
+# fixed part, or a prefix of it), searched for in the lower-cased text: text without any of them
+# is left as it is after one search instead of one per pattern (and some patterns backtrack on long
+# words). tests/unit/observability/test_redaction_fast_path.py holds both paths to the same answers.
+_TRIGGER = re.compile(
+    r"bearer|basic|authorization|cookie|signature|passw|secret|token|api[_-]?key|code_verifier|"
+    r"session|mcp_|bs_|_live_|_test_|whsec_|v[01]=|\"object\"|\d(?:[ -]?\d){12}"
+)
+# The two characters that match an ASCII letter of the patterns case-insensitively but do not
+# lower-case to it: dotless i and long s.
+_FOLD_FURTHER = (("\u0131", "i"), ("\u017f", "s"))
+# Log lines repeat the same short values (methods, paths, tool names, outcomes, messages).
+SCRUB_CACHE_MAX_CHARS = 256
+SCRUB_CACHE_SIZE = 4096
+
+
 def scrub(text: str) -> str:
     """`text` with every secret-shaped substring replaced."""
+    if len(text) <= SCRUB_CACHE_MAX_CHARS:
+        return _scrub_cached(text)
+    return _scrub(text)
+
+
+def _scrub(text: str) -> str:
+    folded = text.lower()
+    if not text.isascii():
+        for char, ascii_letter in _FOLD_FURTHER:
+            folded = folded.replace(char, ascii_letter)
+    if _TRIGGER.search(folded) is None:
+        return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + "…[truncated]"
+    return scrub_every_pattern(text)
+
+
+_scrub_cached = functools.lru_cache(maxsize=SCRUB_CACHE_SIZE)(_scrub)
+
+
+def scrub_every_pattern(text: str) -> str:
+    """`scrub` without the trigger search: every pattern tried (the reference the tests compare to)."""
     if _STRIPE_EVENT.search(text):
         return "[REDACTED: Stripe event payload]"
     for pattern, replacement in _PATTERNS:
@@ -91,7 +128,7 @@ def scrub(text: str) -> str:
 
 def scrub_value(key: str, value: Any) -> Any:
     """An extra log field: secret-named keys are dropped to a marker, strings are scrubbed."""
-    if SENSITIVE_KEY.search(key) and key not in SAFE_KEYS:
+    if sensitive_key(key):
         return REDACTED
     if isinstance(value, str):
         return scrub(value)
@@ -104,3 +141,16 @@ def scrub_value(key: str, value: Any) -> Any:
 
 # Fields of our own that match SENSITIVE_KEY by name but hold no secret.
 SAFE_KEYS = frozenset({"token_id", "token_kind"})
+
+
+def sensitive_key(key: str) -> bool:
+    """Whether a field of this name is dropped to a marker, whatever its value."""
+    return _judged_key(key) if len(key) <= 64 else _judge_key(key)
+
+
+def _judge_key(key: str) -> bool:
+    return SENSITIVE_KEY.search(key) is not None and key not in SAFE_KEYS
+
+
+# Field names come from the code, a small set: each short one is judged once.
+_judged_key = functools.lru_cache(maxsize=1024)(_judge_key)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from opentelemetry import propagate, trace
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.observability.records import emit
 from service.observability.redaction import scrub
 from service.observability.tracing import describe_request
 
@@ -97,7 +98,10 @@ class LogContext:
             request = request.parent
         if not request.http_request or request.logged:
             return False
-        request.notes.update(fields)
+        # The access line is written from another thread: lists go on it as tuples, frozen now.
+        request.notes.update(
+            {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
+        )
         return True
 
     def fields(self) -> dict[str, str]:
@@ -242,29 +246,49 @@ class RequestContextMiddleware:
             method, route = scope.get("method", ""), self.route or route_label(scope)
             if self.requests is not None:
                 self.requests.http_request(method, route, status)
+            span_ids: dict[str, str] = {}
             if self.tracer is not None:
-                describe_request(trace.get_current_span(), method, route, status)
+                span = trace.get_current_span()
+                describe_request(span, method, route, status)
+                span_ids = trace_ids(span)
             path = scope.get("path", "")
             level = logging.DEBUG if path in QUIET_PATHS else logging.INFO
             if access_logger.isEnabledFor(level):  # the line's fields cost more than the check
-                access_logger.log(
+                notes = context.notes
+                emit(
+                    access_logger,
                     level,
                     "%s %s %s%s",
-                    scope.get("method", ""),
-                    path,
-                    status,
-                    f" tool {context.notes['tool']}: {context.notes['outcome']}"
-                    if "tool" in context.notes
-                    else "",
-                    extra={
-                        "http_method": scope.get("method", ""),
+                    (
+                        method,
+                        path,
+                        status,
+                        f" tool {notes['tool']}: {notes['outcome']}" if "tool" in notes else "",
+                    ),
+                    {
+                        "request_id": request_id,
+                        "user_id": context.user_id,
+                        "elicitation_id": context.elicitation_id,
+                        "http_method": method,
                         "http_path": path,
                         "http_status": status,
                         "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                        **context.notes,
+                        **span_ids,
+                        **notes,
                     },
                 )
             _current.reset(token)
+
+
+def trace_ids(span: trace.Span) -> dict[str, str]:
+    """`trace_id` and `span_id` of a valid span, as log lines carry them; {} otherwise."""
+    context = span.get_span_context()
+    if not context.is_valid:
+        return {}
+    return {
+        "trace_id": trace.format_trace_id(context.trace_id),
+        "span_id": trace.format_span_id(context.span_id),
+    }
 
 
 def _with_request_id(headers: Iterable[tuple[bytes, bytes]], request_id: str) -> list[tuple[bytes, bytes]]:
