@@ -285,6 +285,12 @@ async def start_checkout(
             CheckoutRequest(
                 customer_id=customer_id,
                 price_id=await gateway.price_id(found.plan),
+                metered_price_ids=tuple(
+                    [
+                        await gateway.price_id(metered)
+                        for metered in runtime.catalog.metered_prices_of(found.plan)
+                    ]
+                ),
                 user_id=found.user_id,
                 elicitation_id=elicitation.id,
                 plan_id=found.plan.id,

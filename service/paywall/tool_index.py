@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.billing.plans import Plan, PlanCatalog
+from service.billing.plans import Plan, PlanCatalog, offer_order
 from service.paywall.models import Elicitation
 from service.paywall.toolset import PaidTool
 
@@ -21,7 +21,7 @@ class PaidToolIndex:
         named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
         listed = self._catalog.plans_unlocking(tool.name)
         unique = {plan.id: plan for plan in [*named, *listed]}
-        return sorted(unique.values(), key=lambda plan: plan.amount)
+        return sorted(unique.values(), key=offer_order)
 
     def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
         """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""

@@ -32,6 +32,9 @@ def test_the_default_catalog_loads() -> None:
     assert [plan.id for plan in catalog.plans_unlocking("ascii_chart")] == ["pro", "team"]
     assert [plan.id for plan in catalog.plans_unlocking("password_audit")] == ["team"]
     assert catalog.by_lookup_key("paid_mcp_team_monthly") == catalog.get("team")
+    assert pro.included_calls == 1000 and pro.overage == "block"
+    [pack] = catalog.credit_packs()
+    assert (pack.credits, pack.amount, pack.currency) == (100, 500, "usd")
 
 
 @pytest.mark.parametrize(
