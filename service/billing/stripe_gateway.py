@@ -438,6 +438,16 @@ class StripeGateway:
             return subscription, await self.latest_payment_reversal(subscription)
         return subscription, await self._reversal_of(payments, *customer_charges)
 
+    async def payment_reversal(self, payment_intent_id: str) -> str | None:
+        """'disputed' or 'refunded' when a one-time payment's charge was taken back, else None."""
+        page = await self._read("list_charges", "/v1/charges", payment_intent=payment_intent_id)
+        for charge in field_of(page, "data") or []:
+            if field_of(charge, "disputed"):
+                return "disputed"
+            if field_of(charge, "refunded"):
+                return "refunded"
+        return None
+
     async def _invoice_payments(self, invoice_id: str) -> list[StripeData]:
         page = await self._read("list_invoice_payments", "/v1/invoice_payments", invoice=invoice_id, limit=10)
         return list(field_of(page, "data") or [])

@@ -21,7 +21,7 @@ from service.billing.models import StripeCustomer
 from service.billing.plans import Plan
 from service.billing.redirects import UntrustedRedirect
 from service.billing.stripe_fields import field_of
-from service.billing.stripe_gateway import CheckoutRequest
+from service.billing.stripe_gateway import CheckoutRequest, CreditCheckoutRequest
 from service.billing.subscriptions import entitled_plan_ids, plan_of
 from service.db.metadata import utcnow
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
@@ -115,10 +115,15 @@ async def payment_page(
         return payable
     checked, plan, user = payable
     await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
+    grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+    owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
     return runtime.form_page(
         request,
         "pay.html",
         plan=plan,
+        # The user has this plan and its included calls are used up: only credits can help here.
+        plan_owned=plan.id in owned,
+        packs=runtime.catalog.credit_packs(),
         tool_name=checked.tool_name,
         username=user.username,
         checkout_domain=runtime.checkout_domain,
@@ -324,6 +329,105 @@ async def start_checkout(
             checkout=checkout.id,
         )
     runtime.metrics.checkout_created(found.plan.id)
+    return RedirectResponse(url, status_code=303)
+
+
+async def _read_credit_checkout(
+    runtime: Runtime, request: Request, elicitation_id: str
+) -> CheckoutPlan | Response:
+    """The read step of a credit pack's button: who, for which link, whether to go on at all."""
+    async with runtime.sessions() as session, session.begin():
+        user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
+        payable = await _payable(runtime, session, user, elicitation_id, request)
+        if not isinstance(payable, tuple):
+            return payable
+        elicitation, plan, user = payable
+        refused = await _pay_attempts_exceeded(runtime, session, user.id, elicitation.id)
+        if refused is not None:
+            return refused
+        checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user.id, CHECKOUT_WINDOW)
+        if checkouts >= runtime.settings.max_checkouts_per_hour:
+            await record(
+                session,
+                AuditKind.RATE_LIMITED,
+                user_id=user.id,
+                elicitation_id=elicitation.id,
+                what="checkout",
+            )
+            return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+        customer = await session.get(StripeCustomer, user.id)
+        session.expunge(elicitation)
+        return CheckoutPlan(
+            elicitation, plan, user.id, user.username, customer.customer_id if customer else None
+        )
+
+
+@router.post("/pay/{elicitation_id}/credits")
+async def buy_credits(
+    elicitation_id: str,
+    request: Request,
+    runtime: RuntimeDep,
+    csrf_token: Annotated[str | None, Form(max_length=200)] = None,
+    pack_id: Annotated[str | None, Form(max_length=64)] = None,
+) -> Response:
+    """Checkout in payment mode for a credit pack: read, then Stripe (no transaction held), then write."""
+    if not runtime.csrf.verify(request, csrf_token):
+        return runtime.pages.message(
+            "Form expired",
+            "Please reload the payment page and try again.",
+            status_code=400,
+            link_href=f"/pay/{elicitation_id}",
+            link_text="Back to the payment page",
+        )
+    pack = runtime.catalog.credit_pack(pack_id or "")
+    if pack is None:
+        return runtime.pages.message(
+            "Credit pack unavailable", "This credit pack is not offered.", status_code=404
+        )
+    found = await _read_credit_checkout(runtime, request, elicitation_id)
+    if not isinstance(found, CheckoutPlan):
+        return found
+    gateway = runtime.stripe
+    elicitation = found.elicitation
+    attempt = elicitation.checkout_attempt + 1
+    try:
+        customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
+        base = runtime.settings.public_base_url
+        checkout = await gateway.create_credit_checkout_session(
+            CreditCheckoutRequest(
+                customer_id=customer_id,
+                price_id=await gateway.price_id(pack),
+                user_id=found.user_id,
+                elicitation_id=elicitation.id,
+                pack_id=pack.id,
+                success_url=f"{base}/pay/{elicitation.id}/success?session_id={{CHECKOUT_SESSION_ID}}",
+                cancel_url=f"{base}/pay/{elicitation.id}/cancel",
+                expires_at=int((utcnow() + CHECKOUT_MIN_LIFETIME).timestamp()),
+                idempotency_key=f"credits:{elicitation.id}:{pack.id}:{attempt}",
+            )
+        )
+        url = gateway.checkout_url(checkout)
+    except UntrustedRedirect:
+        logger.exception("refused a redirect from Stripe for elicitation %s", elicitation.id)
+        return _untrusted_redirect(runtime)
+    except stripe.IdempotencyError:
+        return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
+
+    async with runtime.sessions() as session, session.begin():
+        if found.customer_id is None and await session.get(StripeCustomer, found.user_id) is None:
+            session.add(StripeCustomer(user_id=found.user_id, customer_id=customer_id))
+        row = await session.get(Elicitation, elicitation.id, with_for_update=True)
+        if row is not None:
+            row.checkout_attempt = max(row.checkout_attempt, attempt)
+            session.add(row)
+        await record(
+            session,
+            AuditKind.CHECKOUT_CREATED,
+            user_id=found.user_id,
+            elicitation_id=elicitation.id,
+            checkout=checkout.id,
+            credit_pack=pack.id,
+        )
     return RedirectResponse(url, status_code=303)
 
 

@@ -17,6 +17,10 @@ class PaidToolIndex:
             name: frozenset(plan.id for plan in plans) for name, plans in self._unlocking.items()
         }
 
+    @property
+    def catalog(self) -> PlanCatalog:
+        return self._catalog
+
     def _compute_unlocking(self, tool: PaidTool) -> list[Plan]:
         named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
         listed = self._catalog.plans_unlocking(tool.name)

@@ -41,7 +41,9 @@ async def test_signed_out_visitors_are_sent_to_login_and_back(service: RunningSe
         page = await browser.get(path)
     assert page.status_code == 200
     assert "Pro" in page.text and "9.00 USD / month" in page.text
-    assert page.text.count("<button") == 1
+    # The plan's button, and one per credit pack of the catalog.
+    assert page.text.count("<button") == 2
+    assert 'id="pay-button"' in page.text and 'id="credits-button-calls_100"' in page.text
 
 
 async def test_unknown_link(service: RunningService) -> None:
