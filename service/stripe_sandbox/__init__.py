@@ -31,7 +31,8 @@ Serving it:
 
 Nothing is created at import time; every `create_sandbox_app` call makes an independent sandbox.
 `app.state.sandbox` exposes `clock` (`now()`, `advance(seconds)`), `deliver_pending(timeout)`,
-`set_renewal_failure(customer, fail)` and the webhook `attempts` log for tests.
+`set_renewal_failure(customer, fail)`, the webhook `attempts` log and `meter_errors` (meter events
+accepted but dropped, with Stripe's error codes) for tests.
 
 Objects are shaped for the API version stripe-python 16.1 pins (`API_VERSION`): billing periods are
 on subscription items, invoices reach their subscription via `parent.subscription_details` and their

@@ -130,6 +130,7 @@ def price_from_params(sb: Sandbox, p: Params, *, inline: bool) -> Obj:
         if count < 1 or (interval == "year" and count > 3) or (interval == "month" and count > 36):
             raise invalid_request("Invalid interval_count.", param=rec.param("interval_count"))
         recurring = objects.recurring(str(interval), count)
+        _metered(sb, rec, recurring)
     lookup_key = None if inline else p.string("lookup_key")
     if lookup_key is not None:
         holder = next((x for x in sb.store.objects["price"].values() if x["lookup_key"] == lookup_key), None)
@@ -157,6 +158,32 @@ def price_from_params(sb: Sandbox, p: Params, *, inline: bool) -> Obj:
     sb.store.put(price)
     sb.emit("price.created", price)
     return price
+
+
+def _metered(sb: Sandbox, rec: Params, recurring: Obj) -> None:
+    """`recurring[usage_type]=metered` with the `recurring[meter]` that counts its usage."""
+    usage_type = rec.enum("usage_type", ("licensed", "metered")) or "licensed"
+    meter_id = rec.string("meter")
+    if usage_type == "metered" and meter_id is None:
+        raise invalid_request(
+            "You must provide a meter when creating a price with `usage_type=metered`.",
+            param=rec.param("meter"),
+        )
+    if meter_id is None:
+        return
+    if usage_type != "metered":
+        raise invalid_request(
+            "A meter can only be set on prices with `recurring[usage_type]=metered`.",
+            param=rec.param("meter"),
+        )
+    meter = sb.store.get("billing.meter", meter_id)
+    if meter is None:
+        raise resource_missing("billing.meter", meter_id, param=rec.param("meter"))
+    if meter["status"] != "active":
+        raise invalid_request(
+            f"The meter {meter_id} is inactive; a price needs an active meter.", param=rec.param("meter")
+        )
+    recurring.update(usage_type="metered", meter=meter_id)
 
 
 def create_price(call: Call) -> Obj:
@@ -214,9 +241,11 @@ def list_prices(call: Call) -> Obj:
             raise invalid_request("You may only specify up to 10 lookup keys.", param="lookup_keys")
         items = [i for i in items if i["lookup_key"] in lookup_keys]
     rec = p.sub("recurring")
-    if rec is not None and rec.has("interval"):
-        interval = rec.string("interval")
-        items = [i for i in items if i["recurring"] and i["recurring"]["interval"] == interval]
+    if rec is not None:
+        for key in ("interval", "usage_type", "meter"):
+            wanted = rec.string(key)
+            if wanted is not None:
+                items = [i for i in items if i["recurring"] and i["recurring"][key] == wanted]
     return paginate(p, created_filter(p, items), call.route_path, "price")
 
 

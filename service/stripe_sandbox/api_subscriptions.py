@@ -104,8 +104,10 @@ def _create_subscription(call: Call, customer: Obj) -> Obj:
                 "be attached to the customer.",
                 param="default_payment_method",
             )
+    first_amount = sum(price["unit_amount"] * (quantity or 0) for price, quantity in resolved)
     if (
         trial_end is None
+        and first_amount > 0  # metered items alone owe nothing up front, so need no card yet
         and behavior not in ("default_incomplete",)
         and pm is None
         and customer["invoice_settings"]["default_payment_method"] is None

@@ -11,11 +11,12 @@ import calendar
 import datetime as dt
 from typing import Any
 
+from . import meters, plan_changes
 from . import objects_billing as ob
-from . import plan_changes
 from .cards import RENEWAL_DECLINE, Decline, decline_of
 from .errors import StripeError, invalid_request
 from .ids import new_id
+from .objects import is_metered
 from .payments import confirm, needs_authentication, new_payment_intent, page_url, request_authentication
 from .sandbox import Sandbox
 
@@ -49,7 +50,7 @@ def start_subscription(
     sb: Sandbox,
     *,
     customer: Obj,
-    recurring_items: list[tuple[Obj, int]],
+    recurring_items: list[tuple[Obj, int | None]],
     one_time_items: list[tuple[Obj, int]],
     metadata: dict[str, str],
     pm: Obj | None,
@@ -168,21 +169,21 @@ def _new_invoice(
     trial: bool = False,
     only_lines: list[Obj] | None = None,
     preview: bool = False,
+    bill_usage: bool | None = None,
 ) -> Obj:
     """The next invoice of `sub`: its items for the current period plus the prorations it owes;
     `only_lines` bills just those lines (an immediate proration invoice). A `preview` is built,
-    not stored, numbered or announced."""
+    not stored, numbered or announced.
+
+    Licensed items bill the period ahead; metered items bill in arrears what their meter counted
+    over `[start, end)`, the period that just ended, when `bill_usage` (by default on renewals that
+    do not end a trial) and nothing otherwise."""
     invoice_id = new_id("upcoming_in") if preview else new_id("in")
     item_start, item_end = _period(sub)
+    if bill_usage is None:
+        bill_usage = reason == "subscription_cycle" and not trial
     lines = [
-        ob.invoice_line(
-            id_=new_id("il"),
-            invoice_id=invoice_id,
-            item=item,
-            sub_id=sub["id"],
-            start=item_start,
-            end=item_end,
-        )
+        _item_line(sb, sub, item, invoice_id, (start, end) if bill_usage else None, (item_start, item_end))
         for item in sub["items"]["data"]
     ]
     if only_lines is not None:
@@ -230,6 +231,40 @@ def _new_invoice(
     sb.emit("invoice.created", invoice)
     sb.emit("invoice.finalized", invoice)
     return invoice
+
+
+def _item_line(
+    sb: Sandbox,
+    sub: Obj,
+    item: Obj,
+    invoice_id: str,
+    usage_period: tuple[int, int] | None,
+    period: tuple[int, int],
+) -> Obj:
+    if is_metered(item["price"]) and usage_period is not None:
+        meter = sb.store.get("billing.meter", item["price"]["recurring"]["meter"])
+        used = 0 if meter is None else meters.usage(sb, meter, sub["customer"], *usage_period)
+        return ob.invoice_line(
+            id_=new_id("il"),
+            invoice_id=invoice_id,
+            item=item,
+            sub_id=sub["id"],
+            start=usage_period[0],
+            end=usage_period[1],
+            usage=used,
+        )
+    return ob.invoice_line(
+        id_=new_id("il"), invoice_id=invoice_id, item=item, sub_id=sub["id"], start=period[0], end=period[1]
+    )
+
+
+def _usage_lines(sb: Sandbox, sub: Obj, start: int, end: int) -> list[Obj]:
+    """The metered items' lines for `[start, end)` alone: a subscription's final usage invoice."""
+    return [
+        _item_line(sb, sub, item, "", (start, end), (start, end))
+        for item in sub["items"]["data"]
+        if is_metered(item["price"])
+    ]
 
 
 AUTHENTICATION_REQUIRED = Decline(
@@ -369,6 +404,8 @@ def renew(sb: Sandbox, sub: Obj) -> None:
     """The period ended: end a subscription scheduled to cancel, or bill the next period."""
     start, end = _period(sub)
     if sub["cancel_at_period_end"] or (sub["cancel_at"] is not None and sub["cancel_at"] <= end):
+        if sub["status"] != "trialing":
+            _final_usage_invoice(sb, sub, start, end)
         cancel_now(
             sb, sub, ended_at=end, reason=sub["cancellation_details"]["reason"] or "cancellation_requested"
         )
@@ -394,13 +431,27 @@ def renew(sb: Sandbox, sub: Obj) -> None:
             sb.emit("customer.subscription.paused", sub)
             sb.emit_updated("customer.subscription.updated", before, sub)
             return
-    invoice = _new_invoice(sb, sub, customer, "subscription_cycle", start, end)
+    invoice = _new_invoice(sb, sub, customer, "subscription_cycle", start, end, bill_usage=not trial_over)
     sub["latest_invoice"] = invoice["id"]
-    if _collect(sb, invoice, sub):
+    if invoice["amount_due"] == 0:  # nothing used and nothing owed: paid without a charge
+        _mark_paid(sb, invoice)
+        sub["status"] = "active"
+    elif _collect(sb, invoice, sub):
         sub["status"] = "active"
     else:
         sub["status"] = "past_due"
     sb.emit_updated("customer.subscription.updated", before, sub)
+
+
+def _final_usage_invoice(sb: Sandbox, sub: Obj, start: int, end: int) -> None:
+    """A subscription ending at period end still owes what its meters counted in that period."""
+    lines = _usage_lines(sb, sub, start, end)
+    if not any(line["amount"] for line in lines):
+        return
+    customer = sb.get("customer", sub["customer"])
+    invoice = _new_invoice(sb, sub, customer, "subscription_cycle", start, end, only_lines=lines)
+    sub["latest_invoice"] = invoice["id"]
+    _collect(sb, invoice, sub)
 
 
 def trial_will_end(sb: Sandbox, sub: Obj) -> None:
@@ -586,10 +637,13 @@ def preview_invoice(sb: Sandbox, sub: Obj, new_items: list[Obj] | None, behavior
     renewal (with pending prorations) when no change is previewed."""
     customer = sb.get("customer", sub["customer"])
     start, end = _period(sub)
+    bills_usage = sub["status"] != "trialing"  # usage during a trial is free
     planned = sb.snapshot(sub)
     if new_items is None:
         _next_period(planned)
-        return _new_invoice(sb, planned, customer, "subscription_cycle", start, end, preview=True)
+        return _new_invoice(
+            sb, planned, customer, "subscription_cycle", start, end, preview=True, bill_usage=bills_usage
+        )
     lines = [] if behavior == "none" else plan_changes.proration_lines(sb, planned, new_items, at)
     planned["items"]["data"] = sb.snapshot({"items": new_items})["items"]
     if behavior == "always_invoice":
@@ -597,7 +651,9 @@ def preview_invoice(sb: Sandbox, sub: Obj, new_items: list[Obj] | None, behavior
             sb, planned, customer, "subscription_update", at, at, only_lines=lines, preview=True
         )
     _next_period(planned)
-    upcoming = _new_invoice(sb, planned, customer, "subscription_cycle", start, end, preview=True)
+    upcoming = _new_invoice(
+        sb, planned, customer, "subscription_cycle", start, end, preview=True, bill_usage=bills_usage
+    )
     for line in lines:
         line["invoice"] = None
     upcoming["lines"]["data"] = [*lines, *upcoming["lines"]["data"]]

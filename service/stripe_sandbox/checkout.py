@@ -32,7 +32,10 @@ def _url_param(params: Params, key: str) -> str | None:
     return value
 
 
-def resolve_line_item(sb: Sandbox, item: Params, *, default_quantity: int | None = None) -> tuple[Obj, int]:
+def resolve_line_item(
+    sb: Sandbox, item: Params, *, default_quantity: int | None = None
+) -> tuple[Obj, int | None]:
+    """The price and quantity of one line; None for a metered price, which must not have one."""
     quantity = item.integer("quantity")
     if quantity is None:
         quantity = default_quantity
@@ -54,6 +57,16 @@ def resolve_line_item(sb: Sandbox, item: Params, *, default_quantity: int | None
         from .api_catalog import price_from_params
 
         p = price_from_params(sb, price_data, inline=True)
+    if objects.is_metered(p):
+        if item.has("quantity"):
+            raise invalid_request(
+                "You cannot set the quantity for metered plans."
+                if item.prefix.startswith("items")  # subscriptions.create words it this way
+                else "Quantity should not be specified where usage_type is `metered`. Remove quantity from "
+                f"`{item.prefix}`",
+                param=item.param("quantity"),
+            )
+        return p, None
     if quantity is None:
         raise parameter_missing(item.param("quantity"))
     if quantity < 1:
@@ -151,7 +164,7 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
         cancel_url=cancel_url,
         expires_at=expires_at,
         currency=resolved[0][0]["currency"],
-        amount_subtotal=sum(p["unit_amount"] * q for p, q in resolved),
+        amount_subtotal=sum(p["unit_amount"] * (q or 0) for p, q in resolved),
         customer_creation=customer_creation or ("if_required" if mode == "payment" else None),
         locale=params.string("locale"),
     )
@@ -230,7 +243,7 @@ def _pay_session(
     if customer is not None:
         sb.emit("payment_method.attached", pm)
     before = sb.snapshot(session)
-    items = [(sb.get("price", e["price"]), int(e["quantity"])) for e in private["line_items"]]
+    items = [(sb.get("price", e["price"]), e["quantity"]) for e in private["line_items"]]
     if session["mode"] == "subscription":
         assert customer is not None
         trial_days = private.get("trial_days")
@@ -241,7 +254,7 @@ def _pay_session(
             sb,
             customer=customer,
             recurring_items=[(p, q) for p, q in items if p["recurring"]],
-            one_time_items=[(p, q) for p, q in items if not p["recurring"]],
+            one_time_items=[(p, int(q)) for p, q in items if not p["recurring"]],
             metadata=dict(private["subscription_metadata"]),
             pm=pm,
             trial_end=trial_end,

@@ -42,7 +42,8 @@ def _render(
     email = values.get("email") or customer_email or session["customer_email"] or ""
     readonly = " readonly" if (customer_email or session["customer_email"]) else ""
     rows = "".join(
-        f"<li>{esc(i['description'])} x {esc(i['quantity'])} — {esc(money(i['amount_total'], i['currency']))}"
+        f"<li>{esc(i['description'])} x {esc(i['quantity'] or 'usage')} — "
+        f"{esc(money(i['amount_total'], i['currency']))}"
         + (f" / {esc(i['price']['recurring']['interval'])}" if i["price"]["recurring"] else "")
         + "</li>"
         for i in items

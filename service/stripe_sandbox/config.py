@@ -68,6 +68,10 @@ class SandboxConfig:
     rate_limit: bool = False
     rate_limit_per_second: int = 25
 
+    # Meter events are kept in memory (and in the state file) to be aggregated; past this many the
+    # sandbox answers 400 rather than grow without bound.
+    meter_event_limit: int = 50_000
+
     extra_allowed_keys: tuple[str, ...] = field(default=())
     """Further secret keys accepted besides `api_key` (e.g. a restricted key in tests)."""
 

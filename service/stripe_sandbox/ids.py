@@ -20,6 +20,8 @@ _TAIL = {
     "si": 14,
     "req": 14,
     "bps": 24,
+    "mtr_test": 32,
+    "mtrusg_test": 32,
 }
 
 

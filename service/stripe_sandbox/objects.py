@@ -109,6 +109,11 @@ def recurring(interval: str, interval_count: int) -> Obj:
     }
 
 
+def is_metered(p: Obj) -> bool:
+    """A price billed in arrears for what its meter counted (`recurring.usage_type=metered`)."""
+    return bool(p["recurring"]) and p["recurring"].get("usage_type") == "metered"
+
+
 def plan_from_price(p: Obj) -> Obj:
     """The legacy `plan` mirror that subscription items still carry next to `price`."""
     rec = p["recurring"] or recurring("month", 1)
@@ -125,13 +130,13 @@ def plan_from_price(p: Obj) -> Obj:
         "interval_count": rec["interval_count"],
         "livemode": False,
         "metadata": p["metadata"],
-        "meter": None,
+        "meter": rec["meter"],
         "nickname": p["nickname"],
         "product": p["product"],
         "tiers_mode": None,
         "transform_usage": None,
         "trial_period_days": None,
-        "usage_type": "licensed",
+        "usage_type": rec["usage_type"],
     }
 
 
@@ -293,8 +298,9 @@ def customer_details(email: str | None, name: str | None) -> Obj:
     }
 
 
-def checkout_line_item(*, id_: str, p: Obj, product_name: str, quantity: int) -> Obj:
-    amount = p["unit_amount"] * quantity
+def checkout_line_item(*, id_: str, p: Obj, product_name: str, quantity: int | None) -> Obj:
+    """A session's line; a metered price has no quantity and costs nothing up front."""
+    amount = p["unit_amount"] * (quantity or 0)
     return {
         "id": id_,
         "object": "item",

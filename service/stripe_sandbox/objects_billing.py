@@ -13,8 +13,11 @@ from __future__ import annotations
 from .objects import Obj, list_envelope, plan_from_price
 
 
-def subscription_item(*, id_: str, now: int, sub_id: str, p: Obj, quantity: int, start: int, end: int) -> Obj:
-    return {
+def subscription_item(
+    *, id_: str, now: int, sub_id: str, p: Obj, quantity: int | None, start: int, end: int
+) -> Obj:
+    """An item; one with a metered price has no `quantity` at all, as on Stripe."""
+    item: Obj = {
         "id": id_,
         "object": "subscription_item",
         "billing_thresholds": None,
@@ -29,6 +32,9 @@ def subscription_item(*, id_: str, now: int, sub_id: str, p: Obj, quantity: int,
         "subscription": sub_id,
         "tax_rates": [],
     }
+    if quantity is None:
+        del item["quantity"]
+    return item
 
 
 def subscription(
@@ -89,15 +95,20 @@ def subscription(
     }
 
 
-def invoice_line(*, id_: str, invoice_id: str, item: Obj, sub_id: str, start: int, end: int) -> Obj:
+def invoice_line(
+    *, id_: str, invoice_id: str, item: Obj, sub_id: str, start: int, end: int, usage: int | None = None
+) -> Obj:
+    """A line for `item` over `[start, end)`: its quantity, or for a metered item the `usage` its
+    meter counted (none yet: 0)."""
     p = item["price"]
-    amount = p["unit_amount"] * item["quantity"]
+    quantity = int(item["quantity"]) if "quantity" in item else max(usage or 0, 0)
+    amount = p["unit_amount"] * quantity
     return {
         "id": id_,
         "object": "line_item",
         "amount": amount,
         "currency": p["currency"],
-        "description": f"{item['quantity']} x {p.get('nickname') or p['product']}",
+        "description": f"{quantity} x {p.get('nickname') or p['product']}",
         "discount_amounts": [],
         "discountable": True,
         "discounts": [],
@@ -122,8 +133,8 @@ def invoice_line(*, id_: str, invoice_id: str, item: Obj, sub_id: str, start: in
             "type": "price_details",
             "unit_amount_decimal": p["unit_amount_decimal"],
         },
-        "quantity": item["quantity"],
-        "quantity_decimal": str(item["quantity"]),
+        "quantity": quantity,
+        "quantity_decimal": str(quantity),
         "subscription": sub_id,
         "subtotal": amount,
         "taxes": [],

@@ -410,4 +410,30 @@ ALLOWED: dict[str, frozenset[str]] = {
     "product.search": frozenset(["expand", "limit", "page", "query"]),
     "price.search": frozenset(["expand", "limit", "page", "query"]),
     "subscription.search": frozenset(["expand", "limit", "page", "query"]),
+    "billing.meter.create": frozenset(
+        [
+            "customer_mapping",
+            "default_aggregation",
+            "display_name",
+            "event_name",
+            "event_time_window",
+            "expand",
+            "value_settings",
+        ]
+    ),
+    "billing.meter.update": frozenset(["display_name", "expand"]),
+    "billing.meter.list": frozenset(["ending_before", "expand", "limit", "starting_after", "status"]),
+    "billing.meter.list_event_summaries": frozenset(
+        [
+            "customer",
+            "end_time",
+            "ending_before",
+            "expand",
+            "limit",
+            "start_time",
+            "starting_after",
+            "value_grouping_window",
+        ]
+    ),
+    "billing.meter_event.create": frozenset(["event_name", "expand", "identifier", "payload", "timestamp"]),
 }

@@ -98,6 +98,8 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
     "GET /v1/products": ("active", "ids.#", *_LIST),
     "POST /v1/prices": (
         *_PRICE_DATA,
+        "recurring.usage_type",
+        "recurring.meter",
         "lookup_key",
         "transfer_lookup_key",
         "nickname",
@@ -112,6 +114,8 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         "type",
         "lookup_keys.#",
         "recurring.interval",
+        "recurring.usage_type",
+        "recurring.meter",
         *_LIST,
     ),
     "POST /v1/customers": (*_CUSTOMER_FIELDS, "payment_method", "test_clock"),
@@ -218,6 +222,25 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         "three_d_secure",
     ),
     "POST /v1/test_helpers/charges/{id}/dispute": ("reason",),
+    "POST /v1/billing/meters": (
+        "display_name",
+        "event_name",
+        "default_aggregation.formula",
+        "customer_mapping.event_payload_key",
+        "customer_mapping.type",
+        "value_settings.event_payload_key",
+        "event_time_window",
+    ),
+    "POST /v1/billing/meters/{id}": ("display_name",),
+    "GET /v1/billing/meters": ("status", *_PAGE),
+    "GET /v1/billing/meters/{id}/event_summaries": (
+        "customer",
+        "start_time",
+        "end_time",
+        "value_grouping_window",
+        *_PAGE,
+    ),
+    "POST /v1/billing/meter_events": ("event_name", "payload.*", "identifier", "timestamp"),
 }
 """Route ("METHOD /path") -> implemented parameter patterns; `expand` is implemented everywhere.
 
@@ -256,6 +279,11 @@ STRIPE_NAMES: dict[str, str] = {
     "POST /v1/webhook_endpoints": "webhook_endpoint.create",
     "POST /v1/webhook_endpoints/{id}": "webhook_endpoint.update",
     "GET /v1/webhook_endpoints": "webhook_endpoint.list",
+    "POST /v1/billing/meters": "billing.meter.create",
+    "POST /v1/billing/meters/{id}": "billing.meter.update",
+    "GET /v1/billing/meters": "billing.meter.list",
+    "GET /v1/billing/meters/{id}/event_summaries": "billing.meter.list_event_summaries",
+    "POST /v1/billing/meter_events": "billing.meter_event.create",
 }
 """Route -> the endpoint's name in `params_allowed.ALLOWED` (Stripe's own parameter list)."""
 

@@ -16,7 +16,7 @@ from . import objects_billing as ob
 from .errors import invalid_request, resource_missing
 from .forms import Params
 from .ids import new_id
-from .objects import plan_from_price
+from .objects import is_metered, plan_from_price
 from .sandbox import Sandbox
 
 Obj = dict[str, Any]
@@ -62,6 +62,13 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
         if item_id is not None and item_id not in by_id:
             raise invalid_request(
                 f"Subscription item {item_id} does not belong to this subscription.", param=change.param("id")
+            )
+        touched = by_id[item_id]["price"] if item_id is not None else None
+        new_price = sb.store.get("price", change.string("price") or "")
+        if any(p is not None and is_metered(p) for p in (touched, new_price)):
+            raise invalid_request(
+                "Changing or adding items with metered prices is not implemented by the sandbox.",
+                param=change.param("price" if new_price is not None else "id"),
             )
         if change.boolean("deleted"):
             if item_id is None:
@@ -114,8 +121,9 @@ def proration_lines(sb: Sandbox, sub: Obj, new_items: list[Obj], at: int) -> lis
     if not start <= at < end:
         return []
     left, whole = end - at, end - start
-    old = {item["id"]: item for item in sub["items"]["data"]}
-    new = {item["id"]: item for item in new_items}
+    # Metered items bill their usage in arrears at period end; nothing of theirs is prorated.
+    old = {item["id"]: item for item in sub["items"]["data"] if not is_metered(item["price"])}
+    new = {item["id"]: item for item in new_items if not is_metered(item["price"])}
     lines: list[Obj] = []
 
     def line(item: Obj, sign: int, label: str) -> None:

@@ -113,7 +113,7 @@ async def show(request: Request) -> Response:
             )
         blocks.append(
             f'<section data-subscription="{esc(sub["id"])}"><h2>{esc(_product_name(sb, price))}</h2>'
-            f"<p>{esc(_price_text(price, item['quantity']))} — {esc(sub['status'])}</p>"
+            f"<p>{esc(_price_text(price, item.get('quantity', 1)))} — {esc(sub['status'])}</p>"
             f"{state}{action}</section>"
         )
     customer = sb.store.get("customer", session["customer"]) or {}

@@ -145,6 +145,9 @@ class Sandbox:
         )
         # Like the Dashboard's request logs: (method, path) of the latest authenticated API requests.
         self.request_log: deque[tuple[str, str]] = deque(maxlen=10_000)
+        # Meter events Stripe accepted but could not attach to a meter or customer: its meter error
+        # reports (`code`, `message`, `meter`, `identifier`), latest last (see `meters`).
+        self.meter_errors: deque[dict[str, Any]] = deque(maxlen=1000)
         # Bumped by every change (`changed`); `due_hint` is (epoch, the next due time or None) as
         # of the last full look, so reads between changes need not scan every object again.
         self.epoch = 0

@@ -33,6 +33,7 @@ KINDS = (
     "billing_portal.session",
     "test_helpers.test_clock",
     "balance_transaction",
+    "billing.meter",
 )
 
 _FORMAT = 1
@@ -45,6 +46,11 @@ class Store:
         self.objects: dict[str, dict[str, Obj]] = {kind: {} for kind in KINDS}
         self.private: dict[str, dict[str, Any]] = {}
         self.clock_offset = 0
+        # Meter events have no id and are never listed, only aggregated: per meter id, compact
+        # rows [timestamp, value, customer id, created] in arrival order (see `meters`).
+        self.meter_events: dict[str, list[list[Any]]] = {}
+        # Meter event identifier -> when it was first accepted, for Stripe's 24-hour uniqueness.
+        self.meter_identifiers: dict[str, int] = {}
 
     def put(self, obj: Obj) -> Obj:
         self.objects[obj["object"]][obj["id"]] = obj
@@ -79,6 +85,8 @@ class Store:
                 "clock_offset": self.clock_offset,
                 "objects": self.objects,
                 "private": self.private,
+                "meter_events": self.meter_events,
+                "meter_identifiers": self.meter_identifiers,
             }
         )
 
@@ -93,6 +101,8 @@ class Store:
             if kind in store.objects:
                 store.objects[kind].update(objects)
         store.private.update(data["private"])
+        store.meter_events.update(data.get("meter_events", {}))
+        store.meter_identifiers.update(data.get("meter_identifiers", {}))
         return store
 
     def save(self, path: Path) -> None:

@@ -60,6 +60,9 @@ def _nullable(resource: str, key: str) -> bool:
         "event": stripe.Event,
         "webhook_endpoint": stripe.WebhookEndpoint,
         "billing_portal.session": stripe.billing_portal.Session,
+        "billing.meter": stripe.billing.Meter,
+        "billing.meter_event": stripe.billing.MeterEvent,
+        "billing.meter_event_summary": stripe.billing.MeterEventSummary,
     }
     for cls in classes[resource].__mro__:
         annotation = getattr(cls, "__annotations__", {}).get(key)
@@ -135,3 +138,21 @@ async def test_every_returned_object_matches_its_fixture(env: Env) -> None:
     }
     for resource, ours in samples.items():
         compare(resource, ours)
+
+
+async def test_meter_objects_match_their_fixtures(env: Env) -> None:
+    get = env.client.v1
+    meter = await get.billing.meters.create_async(
+        params={"display_name": "Calls", "event_name": "calls", "default_aggregation": {"formula": "sum"}}
+    )
+    customer = await get.customers.create_async()
+    event = await get.billing.meter_events.create_async(
+        params={"event_name": "calls", "payload": {"stripe_customer_id": customer.id, "value": "3"}}
+    )
+    start = event.timestamp - event.timestamp % 60
+    summaries = await get.billing.meters.event_summaries.list_async(
+        meter.id, params={"customer": customer.id, "start_time": start, "end_time": start + 60}
+    )
+    compare("billing.meter", wire(meter))
+    compare("billing.meter_event", wire(event))
+    compare("billing.meter_event_summary", wire(summaries)["data"][0])

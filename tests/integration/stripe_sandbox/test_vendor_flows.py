@@ -889,3 +889,49 @@ async def test_checkout_shows_a_three_d_secure_challenge(vendor: Vendor) -> None
             three_d_secure="fail",
         )
     assert info.value.code == "payment_intent_authentication_failure"
+
+
+# Usage-based billing -----------------------------------------------------------------------------
+
+
+async def test_meter_events_are_deduplicated_and_summarised(vendor: Vendor) -> None:
+    meters = vendor.client.v1.billing.meters
+    event_name = f"calls_{vendor.tag()}"
+    meter = await meters.create_async(
+        params={"display_name": "Calls", "event_name": event_name, "default_aggregation": {"formula": "sum"}}
+    )
+    try:
+        customer = await vendor.client.v1.customers.create_async(
+            params={"email": f"{event_name}@example.com"}
+        )
+        identifier = f"{event_name}-1"
+        first = await vendor.client.v1.billing.meter_events.create_async(
+            params={
+                "event_name": event_name,
+                "payload": {"stripe_customer_id": customer.id, "value": "3"},
+                "identifier": identifier,
+            }
+        )
+        assert (first.identifier, first.payload["value"]) == (identifier, "3")
+        with pytest.raises(stripe.InvalidRequestError) as duplicate:
+            await vendor.client.v1.billing.meter_events.create_async(
+                params={
+                    "event_name": event_name,
+                    "payload": {"stripe_customer_id": customer.id, "value": "3"},
+                    "identifier": identifier,
+                }
+            )
+        assert "already exists with identifier" in str(duplicate.value.user_message)
+        await vendor.client.v1.billing.meter_events.create_async(
+            params={"event_name": event_name, "payload": {"stripe_customer_id": customer.id, "value": "4"}}
+        )
+        start = first.timestamp - first.timestamp % 3600
+        window = {"customer": customer.id, "start_time": start, "end_time": start + 2 * 3600}
+
+        async def summed() -> bool:
+            page = await meters.event_summaries.list_async(meter.id, params=window)
+            return [s.aggregated_value for s in page.data] == [7]
+
+        await until(summed)
+    finally:
+        await meters.deactivate_async(meter.id)  # meters cannot be deleted; this one takes no more events
