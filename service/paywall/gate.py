@@ -92,6 +92,10 @@ class Paywall:
         """Whether these plans unlock the tool `elicitation` was opened for."""
         return self._tools.satisfied_by(elicitation, entitled_plan_ids)
 
+    def plans_for(self, tool_name: str) -> list[Plan]:
+        """Every plan that unlocks the tool, in the order they are offered."""
+        return self._tools.plans_for(tool_name)
+
     def payment_url(self, elicitation_id: str) -> str:
         return f"{self._settings.public_base_url}/pay/{elicitation_id}"
 

@@ -93,17 +93,41 @@ async def _checked(
 
 
 async def _payable(
-    runtime: Runtime, session: AsyncSession, user: User | None, elicitation_id: str, request: Request
+    runtime: Runtime,
+    session: AsyncSession,
+    user: User | None,
+    elicitation_id: str,
+    request: Request,
+    plan_id: str | None = None,
 ) -> tuple[Elicitation, Plan, User] | Response:
-    """The elicitation, its plan and the signed-in user, or the page to show instead."""
+    """The elicitation, the plan to pay for (its own, or `plan_id` if that also unlocks its tool)
+    and the signed-in user, or the page to show instead."""
     checked = await _checked(runtime, session, user, elicitation_id, request)
     if not isinstance(checked, Elicitation):
         return checked
     assert user is not None  # _checked sends anonymous visitors to sign in
-    plan = runtime.catalog.get(checked.plan_id)
+    wanted = plan_id or checked.plan_id
+    plan = runtime.catalog.get(wanted)
+    if (
+        plan is not None
+        and wanted != checked.plan_id
+        and plan not in runtime.paywall.plans_for(checked.tool_name)
+    ):
+        plan = None
     if plan is None:
         return runtime.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
     return checked, plan, user
+
+
+def _covers(runtime: Runtime, elicitation: Elicitation, plan: Plan, plan_ids: frozenset[str]) -> bool:
+    """Whether these plans make paying for `plan` pointless: they include it, or one of them unlocks
+    the tool without a limit on calls (a plan whose included calls ran out does not)."""
+    if plan.id in plan_ids:
+        return True
+    for owned in runtime.paywall.plans_for(elicitation.tool_name):
+        if owned.id in plan_ids and not owned.counts_calls:
+            return True
+    return False
 
 
 @router.get("/pay/{elicitation_id}")
@@ -121,8 +145,13 @@ async def payment_page(
         request,
         "pay.html",
         plan=plan,
-        # The user has this plan and its included calls are used up: only credits can help here.
+        # The user has this plan and its included calls are used up: an upgrade or credits help.
         plan_owned=plan.id in owned,
+        other_plans=[
+            other
+            for other in runtime.paywall.plans_for(checked.tool_name)
+            if other.id != plan.id and other.id not in owned
+        ],
         packs=runtime.catalog.credit_packs(),
         tool_name=checked.tool_name,
         username=user.username,
@@ -189,12 +218,12 @@ async def _pay_attempts_exceeded(
 
 
 async def _read_checkout_plan(
-    runtime: Runtime, request: Request, elicitation_id: str
+    runtime: Runtime, request: Request, elicitation_id: str, plan_id: str | None
 ) -> CheckoutPlan | Response:
     """The read step of the pay button, in one short transaction: who, what, whether to go on at all."""
     async with runtime.sessions() as session, session.begin():
         user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
-        payable = await _payable(runtime, session, user, elicitation_id, request)
+        payable = await _payable(runtime, session, user, elicitation_id, request, plan_id)
         if not isinstance(payable, tuple):
             return payable
         elicitation, plan, user = payable
@@ -204,7 +233,7 @@ async def _read_checkout_plan(
         # Fresh from the database, not the paywall's cache: a payment confirmed seconds ago counts.
         grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
         entitled = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
-        if runtime.paywall.satisfied_by(elicitation, entitled):
+        if _covers(runtime, elicitation, plan, entitled):
             return runtime.pages.message(
                 "Already subscribed",
                 "Your subscription already unlocks this tool; nothing was charged. Return to your MCP "
@@ -233,7 +262,9 @@ async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response |
     elicitation = found.elicitation
     if elicitation.checkout_session_id is not None:
         current = await gateway.retrieve_checkout_session(elicitation.checkout_session_id)
-        if current.status == "complete":
+        if field_of(field_of(current, "metadata"), "plan_id") not in (None, found.plan.id):
+            pass  # that checkout is for another plan than the one chosen now
+        elif current.status == "complete":
             return _waiting_for_confirmation(runtime)
         if current.status == "open" and current.url:
             return RedirectResponse(gateway.checkout_url(current), status_code=303)
@@ -245,7 +276,7 @@ async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response |
         if field_of(subscription, "status") in LIVE_STATUSES
         and (plan_id := plan_of(subscription, runtime.catalog)) is not None
     }
-    if runtime.paywall.satisfied_by(elicitation, frozenset(live_plans)):
+    if _covers(runtime, elicitation, found.plan, frozenset(live_plans)):
         return _waiting_for_confirmation(runtime)  # paid, the webhook has not told us yet
     if live_plans:
         # A second subscription would bill twice: change the plan of the one there is instead.
@@ -262,8 +293,11 @@ async def start_checkout(
     request: Request,
     runtime: RuntimeDep,
     csrf_token: Annotated[str | None, Form()] = None,
+    plan_id: Annotated[str | None, Form(max_length=64)] = None,
 ) -> Response:
-    """Read (a short transaction), then Stripe (no transaction held), then write (a short transaction)."""
+    """Read (a short transaction), then Stripe (no transaction held), then write (a short transaction).
+
+    `plan_id`: another plan that unlocks the tool, chosen on the page instead of the link's own."""
     if not runtime.csrf.verify(request, csrf_token):
         return runtime.pages.message(
             "Form expired",
@@ -272,7 +306,7 @@ async def start_checkout(
             link_href=f"/pay/{elicitation_id}",
             link_text="Back to the payment page",
         )
-    found = await _read_checkout_plan(runtime, request, elicitation_id)
+    found = await _read_checkout_plan(runtime, request, elicitation_id, plan_id)
     if not isinstance(found, CheckoutPlan):
         return found
     gateway = runtime.stripe

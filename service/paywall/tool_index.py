@@ -32,6 +32,10 @@ class PaidToolIndex:
         cached = self._unlocking.get(tool.name)
         return cached if cached is not None else self._compute_unlocking(tool)
 
+    def plans_for(self, tool_name: str) -> list[Plan]:
+        """`unlocking_plans` by the tool's name; none for a tool that is not paid (any more)."""
+        return list(self._unlocking.get(tool_name, []))
+
     def unlocking_plan_ids(self, tool: PaidTool) -> frozenset[str]:
         """The ids of `unlocking_plans(tool)`."""
         cached = self._unlocking_ids.get(tool.name)
