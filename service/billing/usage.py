@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Table, func, update
@@ -328,23 +328,22 @@ async def included_used(session: AsyncSession, subscription: Subscription) -> in
 
 
 @dataclass(frozen=True)
-class MeteredSoFar:
-    calls: int
-    amount: int
-    currency: str
+class PeriodUsage:
+    """One subscription's calls in its current period: included ones used, and metered ones."""
+
+    included_used: int
+    metered_calls: int
+    metered_amount: int  # minor units of the metered prices' currency, as recorded per call
 
 
-async def metered_since(session: AsyncSession, user_id: str, since: datetime | None) -> list[MeteredSoFar]:
-    """Metered calls recorded for the user since `since` (all when None), and what they cost, per currency."""
-    statement = (
-        select(UsageRecord.currency, func.count(), func.coalesce(func.sum(UsageRecord.unit_amount), 0))
-        .where(col(UsageRecord.user_id) == user_id, col(UsageRecord.funding) == FUNDED_BY_METER)
-        .group_by(col(UsageRecord.currency))
+async def period_usage(session: AsyncSession, subscription: Subscription) -> PeriodUsage:
+    period = period_of(subscription)
+    metered = await session.exec(
+        select(func.count(), func.coalesce(func.sum(UsageRecord.unit_amount), 0)).where(
+            col(UsageRecord.subscription_id) == subscription.id,
+            col(UsageRecord.period) == period,
+            col(UsageRecord.funding) == FUNDED_BY_METER,
+        )
     )
-    if since is not None:
-        statement = statement.where(col(UsageRecord.created_at) >= since)
-    rows = (await session.exec(statement)).all()
-    return [
-        MeteredSoFar(int(calls or 0), int(amount or 0), str(currency or ""))
-        for currency, calls, amount in rows
-    ]
+    calls, amount = metered.one()
+    return PeriodUsage(await included_used(session, subscription), int(calls or 0), int(amount or 0))

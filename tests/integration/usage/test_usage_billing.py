@@ -141,6 +141,12 @@ async def test_past_the_included_calls_block_offers_upgrade_and_credits(service:
         [balance] = await service.rows(CreditBalance)
         assert balance.balance == 2, "past the quota a credit paid for the call"
 
+        status = (await client.call_tool("billing_status", {})).structured_content
+        assert status is not None
+        [pro] = status["subscriptions"]
+        assert (pro["calls_used"], pro["calls_included"], status["credits"]) == (3, 3, 2)
+        assert status["summary"] == "Active: Pro (3 of 3 included calls used this period). Credits: 2."
+
         await advance(service, MONTH + 1)  # the next period: three included calls again
         await ran(client)
     [balance] = await service.rows(CreditBalance)
@@ -163,6 +169,11 @@ async def test_pay_as_you_go_calls_are_reported_once_and_invoiced_at_period_end(
         assert subscription.plan_id == "payg"
         for tool in ("sql_explain", "sql_explain", "sql_explain", "ascii_chart", "ascii_chart"):
             await ran(client, tool)
+        status = (await client.call_tool("billing_status", {})).structured_content
+    assert status is not None
+    [payg] = status["subscriptions"]
+    assert (payg["metered_calls"], payg["metered_charges"], payg["currency"]) == (5, 8, "usd")
+    assert "5 calls billed per call so far: 0.08 USD" in status["summary"]
     metered = await service.rows(UsageRecord, funding="metered")
     assert len(metered) == 5 and all(row.reported_at is None for row in metered)
 
