@@ -13,7 +13,7 @@ from datetime import datetime
 import stripe
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.billing.plans import MeteredPrice, PlanCatalog, PlanCatalogError
+from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
 from service.db.engine import create_engine, create_session_factory
 from service.logging_setup import configure_logging
@@ -123,8 +123,7 @@ async def sync_plans(settings: Settings) -> int:
     async with stripe_context(settings) as context:
         for item, price_id, created in await context.gateway.sync_plans():
             verb = "created" if created else "exists "
-            name = item.tool if isinstance(item, MeteredPrice) else item.id
-            print(f"{verb} {name}\t{item.lookup_key}\t{item.price_label}\t{price_id}")
+            print(f"{verb} {item.id}\t{item.lookup_key}\t{item.price_label}\t{price_id}")
     return 0
 
 

@@ -115,6 +115,11 @@ class MeteredPrice(BaseModel, frozen=True, extra="forbid"):
         return self
 
     @property
+    def id(self) -> str:
+        """A name for listings beside plan and pack ids."""
+        return f"{self.tool}:per-call"
+
+    @property
     def price_label(self) -> str:
         return f"{format_amount(self.unit_amount, self.currency)} per {self.tool} call"
 
