@@ -2,8 +2,9 @@
 
 Every function runs inside the caller's transaction, the one that decides the call may run: the
 call's usage row (unique per user and call key) and the counter or balance it moves commit
-together or not at all. A retried call finds its row and is let through without counting again;
-a refused call leaves nothing behind.
+together or not at all. A retried call finds its row and is let through without counting again.
+A refused call raises `Refused` after writing: the caller's transaction must roll back (no
+savepoint, which would cost two more round trips on every paid call).
 """
 
 from __future__ import annotations
@@ -47,12 +48,11 @@ class Decision:
     usage_id: str | None = None
 
 
-REFUSED = Decision(allowed=False)
 ALREADY_DECIDED = Decision(allowed=True)
 
 
-class _Undo(Exception):
-    """Rolls back what this decision wrote so far (the refused call must leave nothing behind)."""
+class Refused(Exception):
+    """Nothing pays for the call; what the decision wrote must be rolled back with the transaction."""
 
 
 def new_usage_id() -> str:
@@ -96,29 +96,27 @@ async def _claim(session: AsyncSession, call: PaidCall, funding: str, **values: 
 
 
 async def spend_credit(session: AsyncSession, call: PaidCall) -> Decision:
-    """Pay for `call` with one of the user's credits, atomically; refused when there is none.
+    """Pay for `call` with one of the user's credits, atomically; `Refused` when there is none.
 
     Of any number of concurrent calls, exactly as many as there are credits pass: the decrement is
-    a conditional update that the database serialises per user.
+    a conditional update that the database serialises per user. A retry of a call paid before
+    (its usage row exists) passes without spending, whatever the balance is now.
     """
-    try:
-        async with session.begin_nested():
-            usage_id = await _claim(session, call, FUNDED_BY_CREDIT)
-            if usage_id is None:
-                return ALREADY_DECIDED
-            spent = await session.exec(
-                update(CreditBalance)
-                .where(col(CreditBalance.user_id) == call.user_id, col(CreditBalance.balance) >= 1)
-                .values(balance=CreditBalance.balance - 1, updated_at=utcnow())
-            )
-            if spent.rowcount != 1:
-                raise _Undo
-            session.add(
-                CreditEntry(user_id=call.user_id, delta=-1, reason="spend", source=f"usage:{usage_id}")
-            )
-            await session.flush()
-    except _Undo:
-        return REFUSED
+    usage_id = await _claim(session, call, FUNDED_BY_CREDIT)
+    if usage_id is None:
+        return ALREADY_DECIDED
+    spent = await session.exec(
+        update(CreditBalance)
+        .where(col(CreditBalance.user_id) == call.user_id, col(CreditBalance.balance) >= 1)
+        .values(balance=CreditBalance.balance - 1, updated_at=utcnow())
+    )
+    if spent.rowcount != 1:
+        raise Refused
+    await session.exec(
+        _insert(session, CreditEntry).values(
+            user_id=call.user_id, delta=-1, reason="spend", source=f"usage:{usage_id}", created_at=utcnow()
+        )
+    )
     return Decision(allowed=True, funding=FUNDED_BY_CREDIT, usage_id=usage_id)
 
 
@@ -263,37 +261,36 @@ async def record_plan_call(
     metered: MeteredPrice | None,
 ) -> Decision:
     """Count `call` against the plan's included calls this period; past them, meter it (overage
-    `meter`) or refuse it (`block`)."""
+    `meter`) or raise `Refused` (`block`)."""
     assert plan.included_calls is not None, "only plans that count calls come here"
     period = period_of(subscription)
-    values: dict[str, Any] = {
-        "plan_id": plan.id,
-        "subscription_id": subscription.id,
-        "period": period,
-    }
-    try:
-        async with session.begin_nested():
-            usage_id = await _claim(session, call, FUNDED_BY_PLAN, **values)
-            if usage_id is None:
-                return ALREADY_DECIDED
-            if plan.included_calls > 0 and await _count(session, subscription, period, plan.included_calls):
-                return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=usage_id)
-            if not plan.meters_overage or metered is None:
-                raise _Undo
-            await session.exec(
-                update(UsageRecord)
-                .where(col(UsageRecord.id) == usage_id)
-                .values(
-                    funding=FUNDED_BY_METER,
-                    customer_id=subscription.customer_id,
-                    event_name=metered.event_name,
-                    unit_amount=metered.unit_amount,
-                    currency=metered.currency,
-                    next_report_at=utcnow(),
-                )
-            )
-    except _Undo:
-        return REFUSED
+    values: dict[str, Any] = {"plan_id": plan.id, "subscription_id": subscription.id, "period": period}
+    billing: dict[str, Any] = {}
+    if metered is not None and plan.meters_overage:
+        billing = {
+            "customer_id": subscription.customer_id,
+            "event_name": metered.event_name,
+            "unit_amount": metered.unit_amount,
+            "currency": metered.currency,
+            "next_report_at": utcnow(),
+        }
+    if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
+        if not billing:
+            raise Refused
+        usage_id = await _claim(session, call, FUNDED_BY_METER, **values, **billing)
+        if usage_id is None:
+            return ALREADY_DECIDED
+        return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
+    usage_id = await _claim(session, call, FUNDED_BY_PLAN, **values)
+    if usage_id is None:
+        return ALREADY_DECIDED
+    if await _count(session, subscription, period, plan.included_calls):
+        return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=usage_id)
+    if not billing:
+        raise Refused
+    await session.exec(
+        update(UsageRecord).where(col(UsageRecord.id) == usage_id).values(funding=FUNDED_BY_METER, **billing)
+    )
     return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.billing.plans import PlanCatalog
-from service.billing.usage import PaidCall, entitling_subscription, record_plan_call, spend_credit
+from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
 from service.db.engine import SessionFactory
 from service.paywall.entitlements import Entitlements
 
@@ -71,20 +71,30 @@ class Admission:
             counted.append(plan_id)
         if not counted and not fresh and self._entitlements.known_without_credits(call.user_id):
             return Verdict(allowed=False)
-        async with self._sessions() as session, session.begin():
-            if counted:
-                subscription = await entitling_subscription(
-                    session, call.user_id, counted, grace=self._entitlements.grace
-                )
-                plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
-                if subscription is not None and plan is not None:
-                    decision = await record_plan_call(
-                        session, call, subscription, plan, self._catalog.metered_price(call.tool)
-                    )
-                    if decision.allowed:
-                        return ALLOWED
-            decision = await spend_credit(session, call)
-        if decision.allowed:
+        if counted and await self._plan_call(call, counted):
             return ALLOWED
+        try:
+            async with self._sessions() as session, session.begin():
+                await spend_credit(session, call)
+            return ALLOWED
+        except Refused:
+            pass  # rolled back
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
+
+    async def _plan_call(self, call: PaidCall, plan_ids: list[str]) -> bool:
+        """Count (or meter) the call under the user's subscription to one of `plan_ids`."""
+        try:
+            async with self._sessions() as session, session.begin():
+                subscription = await entitling_subscription(
+                    session, call.user_id, plan_ids, grace=self._entitlements.grace
+                )
+                plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
+                if subscription is None or plan is None:
+                    return False  # the cache was behind: no longer subscribed
+                await record_plan_call(
+                    session, call, subscription, plan, self._catalog.metered_price(call.tool)
+                )
+                return True
+        except Refused:
+            return False  # rolled back: past a quota that blocks

@@ -10,6 +10,7 @@ from service.billing.plans import CreditPack
 from service.billing.usage import (
     FUNDED_BY_CREDIT,
     PaidCall,
+    Refused,
     credit_balance,
     grant_credits,
     ledger_sum,
@@ -32,8 +33,13 @@ async def grant(ledger: Ledger, user_id: str, source: str, payment_intent: str |
 
 
 async def spend(ledger: Ledger, user_id: str, key: str) -> bool:
-    async with ledger.sessions() as session, session.begin():
-        decision = await spend_credit(session, PaidCall(user_id=user_id, tool="sql_explain", call_key=key))
+    try:
+        async with ledger.sessions() as session, session.begin():
+            decision = await spend_credit(
+                session, PaidCall(user_id=user_id, tool="sql_explain", call_key=key)
+            )
+    except Refused:
+        return False
     return decision.allowed
 
 

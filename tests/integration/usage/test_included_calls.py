@@ -12,6 +12,7 @@ from service.billing.usage import (
     FUNDED_BY_PLAN,
     Decision,
     PaidCall,
+    Refused,
     included_used,
     record_plan_call,
 )
@@ -53,10 +54,13 @@ async def subscription(ledger: Ledger, period_end_days: int = 30) -> Subscriptio
 
 
 async def call(ledger: Ledger, sub: Subscription, pro: Plan, key: str) -> Decision:
-    async with ledger.sessions() as session, session.begin():
-        return await record_plan_call(
-            session, PaidCall(user_id=ledger.user_id, tool="sql_explain", call_key=key), sub, pro, METERED
-        )
+    try:
+        async with ledger.sessions() as session, session.begin():
+            return await record_plan_call(
+                session, PaidCall(user_id=ledger.user_id, tool="sql_explain", call_key=key), sub, pro, METERED
+            )
+    except Refused:
+        return Decision(allowed=False)
 
 
 async def test_parallel_calls_use_exactly_the_included_calls(ledger: Ledger) -> None:
