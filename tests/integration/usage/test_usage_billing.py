@@ -18,6 +18,7 @@ from service.billing.usage_models import CreditBalance, UsageRecord
 from service.billing.usage_reporter import UsageReporter
 from service.db.metadata import utcnow
 from tests.support.browserless import log_in_through_form
+from tests.support.cli import run_cli
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import buy_credits, pay, pay_for_plan
 from tests.support.servers import bound_socket, port_of
@@ -252,3 +253,26 @@ async def test_a_meter_event_stripe_did_not_take_is_retried_after_a_backoff(serv
     assert (await reporter(service).run()).sent == 1
     [sent] = await service.rows(UsageRecord)
     assert sent.reported_at is not None and sent.last_error is None
+
+
+async def test_report_usage_command_sends_and_compares(service: RunningService) -> None:
+    await service.add_user("eli")
+    token = (await service.personal_token("eli")).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        elicitation = await elicited(client)
+        await pay_for_plan(service, elicitation.url, "eli", "payg")
+        await probe.wait_for_completion()
+        await ran(client)
+        await ran(client, "ascii_chart")
+    env = {
+        "DATABASE_URL": service.settings.database_url,
+        "STRIPE_SECRET_KEY": service.settings.stripe_secret_key.get_secret_value(),
+        "STRIPE_API_BASE": service.sandbox.config.public_base_url,
+        "PLANS_FILE": str(service.settings.plans_file),
+    }
+    done = await run_cli("stripe", "report-usage", "--hours", "1", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "sent 2 meter events; 0 failed" in done.stdout
+    assert "match Stripe's meter event summaries" in done.stdout
+    assert all(row.reported_at is not None for row in await service.rows(UsageRecord))
