@@ -28,7 +28,7 @@ from service.billing.subscriptions import (
     locked_subscription,
     user_for_customer,
 )
-from service.billing.usage import grant_credits, take_back_purchase
+from service.billing.usage import entitling_subscription, grant_credits, included_used, take_back_purchase
 from service.db.metadata import utcnow
 from service.paywall.bus import EntitlementChanged
 from service.paywall.elicitations import OpenElicitations, complete, named_and_open, open_elicitations
@@ -336,9 +336,27 @@ class StripeStateApplier:
             entitled = frozenset({row.plan_id})
         if not all(self._satisfies(item, entitled) for item in candidates):
             entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
+        entitled = await self._with_calls_left(session, change.user_id, entitled)
         satisfied = [item for item in candidates if self._satisfies(item, entitled)]
         await complete(session, satisfied)
         return satisfied
+
+    async def _with_calls_left(
+        self, session: AsyncSession, user_id: str, plan_ids: frozenset[str]
+    ) -> frozenset[str]:
+        """`plan_ids` without the plans whose included calls this period are used up and that block
+        past them: an elicitation opened for that reason is not settled by another event about them
+        (a new period, or a new subscription, starts from zero again)."""
+        kept: set[str] = set()
+        for plan_id in plan_ids:
+            plan = self._catalog.get(plan_id)
+            if plan is None or plan.included_calls is None or plan.meters_overage:
+                kept.add(plan_id)
+                continue
+            subscription = await entitling_subscription(session, user_id, [plan_id], grace=timedelta(0))
+            if subscription is not None and await included_used(session, subscription) < plan.included_calls:
+                kept.add(plan_id)
+        return frozenset(kept)
 
     async def checkout_expired(self, session: AsyncSession, checkout: Any) -> Outcome:
         metadata = field_of(checkout, "metadata") or {}
