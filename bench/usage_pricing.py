@@ -93,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slice", type=float, default=0.5)
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES))
+    parser.add_argument(
+        "--report-interval",
+        type=float,
+        default=60.0,
+        help="USAGE_REPORT_INTERVAL_SECONDS of the server (0: off)",
+    )
     options = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-usage-"))
     try:
@@ -132,6 +138,7 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
         "stripe_api_base": api_base,
         "stripe_sandbox_state_file": None,
         "max_legacy_sessions_per_user": 100_000,
+        "usage_report_interval_seconds": options.report_interval,
     }
     server = procs.start_server(
         "paid",
