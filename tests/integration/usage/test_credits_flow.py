@@ -233,3 +233,34 @@ async def test_reconciliation_grants_credits_whose_webhook_was_missed(
         again = await service.runtime.reconciler.run()
         assert (again.repaired, again.checkouts_current) == (0, 1), "a granted purchase is not read again"
         assert await balance_of(service) == 2, "reconciling again grants nothing more"
+
+
+async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_lasting(
+    tmp_path: Path, database_url: str
+) -> None:
+    plans = tmp_path / "plans.toml"
+    plans.write_text(SMALL_PACKS)
+    stripe_socket = bound_socket()
+    base = f"http://127.0.0.1:{port_of(stripe_socket)}"
+    silent = create_sandbox_app(SandboxConfig(api_key=KEY, public_base_url=base, webhook_endpoints=()))
+    service_socket = bound_socket()
+    settings = make_settings(
+        database_url, port_of(service_socket), stripe_secret_key=KEY, stripe_api_base=base, plans_file=plans
+    )
+    async with serve(silent, stripe_socket), run_service_on(settings, service_socket) as service:
+        await service.runtime.stripe.sync_plans()
+        await service.add_user("nia")
+        token = (await service.personal_token("nia")).secret
+        async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+            elicitation = await elicited(client)
+            checkout_id = await buy_credits(service, elicitation.url, "nia", "calls_3")
+            checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
+            await service.stripe.v1.refunds.create_async(
+                params={"payment_intent": str(checkout.payment_intent)}
+            )
+
+            await service.runtime.reconciler.run()  # the purchase is applied only now, refund and all
+            assert await balance_of(service) == 0
+            await elicited(client)
+        reasons = sorted(entry.reason for entry in await service.rows(CreditEntry))
+        assert reasons == ["purchase", "reversal"]
