@@ -264,3 +264,31 @@ async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_la
             await elicited(client)
         reasons = sorted(entry.reason for entry in await service.rows(CreditEntry))
         assert reasons == ["purchase", "reversal"]
+
+
+async def test_a_waiting_elicitation_create_runs_once_credits_arrive(
+    tmp_path: Path, database_url: str
+) -> None:
+    plans = tmp_path / "plans.toml"
+    plans.write_text(SMALL_PACKS)
+    async with run_service(
+        database_url, plans_file=plans, elicitation_style="request", payment_wait_seconds=30
+    ) as service:
+        await service.add_user("oto")
+        token = (await service.personal_token("oto")).secret
+        bought: list[asyncio.Task[str]] = []
+        urls: list[str] = []
+
+        async def accept(params: t.ElicitRequestURLParams) -> t.ElicitResult:
+            urls.append(params.url)
+            return t.ElicitResult(action="accept")
+
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            if not bought:  # the user pays once the call is waiting for it
+                bought.append(asyncio.create_task(buy_credits(service, urls[0], "oto", "calls_3")))
+
+        async with probed_client(service.mcp_url, token, ClientProbe(answer=accept), mode="legacy") as client:
+            result = await client.call_tool("sql_explain", QUERY, progress_callback=on_progress)
+        await asyncio.gather(*bought)
+        assert not result.is_error, result
+        assert await balance_of(service) == 2, "the waiting call spent one of the three credits"
