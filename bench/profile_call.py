@@ -202,7 +202,7 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
                 id="sub_profile",
                 user_id=user.id,
                 customer_id="cus_profile",
-                plan_id="pro",
+                plan_id="team",  # unlimited: Pro counts its included calls
                 status="active",
                 current_period_end=utcnow() + timedelta(days=30),
             )

@@ -35,7 +35,8 @@ from service.identity.secrets import new_id
 from service.settings import Settings
 
 POSTGRES_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-BENCH_PLAN = "pro"
+# Unlimited calls: the baseline is a subscription-gated call (Pro counts its included calls).
+BENCH_PLAN = "team"
 SANDBOX_KEY = "sk_test_sandbox"  # the sandbox's key (service.settings.SANDBOX_SECRET_KEY)
 TEST_CARD = "4242424242424242"
 

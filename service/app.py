@@ -22,6 +22,7 @@ from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
 from service.billing.redirects import RedirectPolicy
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
 from service.gateway.wiring import start_gateway
@@ -70,6 +71,7 @@ from service.web.pages import STATIC_DIR, Pages
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
 from service.webhooks.endpoints import router as webhook_router
+from service.webhooks.reconciler import lease_holder
 from service.webhooks.verification import WebhookChecks
 from service.webhooks.wiring import build_stripe_sync
 
@@ -174,6 +176,14 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
             settings.reconcile_interval_seconds,
             stripe_sync.reconciler.run,
             name="stripe-reconciliation",
+            jitter=0.1,
+        )
+    )
+    await stack.enter_async_context(
+        every(
+            settings.usage_report_interval_seconds,
+            UsageReporter(sessions, gateway, catalog, holder=lease_holder()).run,
+            name="usage-report",
             jitter=0.1,
         )
     )

@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         f"(exit {cli_stripe.EXIT_LEASE_HELD}: another process holds the lease)",
     )
     reconcile.add_argument("--json", action="store_true", help="the summary as one JSON object")
+    usage = stripe_commands.add_parser(
+        "report-usage",
+        help="send unreported metered calls as meter events, then compare recent ones with Stripe's "
+        f"meter event summaries (exit {cli_stripe.EXIT_USAGE_MISMATCH}: they differ)",
+    )
+    usage.add_argument("--hours", type=int, default=24, choices=range(1, 24 * 35 + 1), metavar="1..840")
     replay = stripe_commands.add_parser("replay-events", help="re-run Stripe's events since a time (UTC)")
     replay.add_argument(
         "--since", type=_utc_datetime, required=True, help="ISO 8601, e.g. 2026-11-01T00:00:00Z"
@@ -166,6 +172,8 @@ def _stripe(settings: Settings, args: argparse.Namespace) -> int:
             return asyncio.run(cli_stripe.sync_plans(settings))
         if args.action == "reconcile":
             return asyncio.run(cli_stripe.reconcile(settings, as_json=args.json))
+        if args.action == "report-usage":
+            return asyncio.run(cli_stripe.report_usage(settings, args.hours))
         return asyncio.run(cli_stripe.replay_events(settings, args.since, as_json=args.json))
     except cli_stripe.CommandFailed as exc:
         return cli_stripe.report_failures(exc)

@@ -8,14 +8,16 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import stripe
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
+from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory
+from service.db.metadata import utcnow
 from service.logging_setup import configure_logging
 from service.paywall.bus import CompletionBus, InProcessBus
 from service.paywall.pg_bus import PostgresBus
@@ -23,7 +25,7 @@ from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.tool_packages import ToolPackageError, load_tools
 from service.webhooks.events import StripeEventData
-from service.webhooks.reconciler import ReconcileReport
+from service.webhooks.reconciler import ReconcileReport, lease_holder
 from service.webhooks.wiring import StripeSync, build_stripe_sync
 
 
@@ -121,9 +123,9 @@ async def _nothing() -> None:
 
 async def sync_plans(settings: Settings) -> int:
     async with stripe_context(settings) as context:
-        for plan, price_id, created in await context.gateway.sync_plans():
+        for item, price_id, created in await context.gateway.sync_plans():
             verb = "created" if created else "exists "
-            print(f"{verb} {plan.id}\t{plan.lookup_key}\t{plan.price_label}\t{price_id}")
+            print(f"{verb} {item.id}\t{item.lookup_key}\t{item.price_label}\t{price_id}")
     return 0
 
 
@@ -154,6 +156,35 @@ async def reconcile(settings: Settings, *, as_json: bool = False) -> int:
         print("stopped early: the lease expired and another process holds it", file=sys.stderr)
         return EXIT_LEASE_HELD
     return 0
+
+
+EXIT_USAGE_MISMATCH = 3
+
+
+async def report_usage(settings: Settings, hours: int) -> int:
+    """Send the metered calls not reported yet, then compare the last `hours` with Stripe's meters."""
+    engine = create_engine(settings.database_url)
+    try:
+        async with stripe_context(settings) as context:
+            catalog = PlanCatalog.load(settings.plans_file)  # stripe_context has checked it
+            reporter = UsageReporter(
+                create_session_factory(engine), context.gateway, catalog, holder=lease_holder()
+            )
+            report = await reporter.run()
+            end = utcnow()
+            mismatches = await reporter.compare(end - timedelta(hours=hours), end)
+    finally:
+        await engine.dispose()
+    if not report.ran:
+        print("another process holds the usage-report lease; nothing sent")
+    else:
+        print(f"sent {report.sent} meter events; {report.failed} failed and will be retried")
+    for item in mismatches:
+        print(f"mismatch {item.customer_id} {item.tool}: {item.ours} calls here, {item.stripes} at Stripe")
+    if mismatches:
+        return EXIT_USAGE_MISMATCH
+    print(f"the last {hours} h of reported metered calls match Stripe's meter event summaries")
+    return 0 if report.ran else EXIT_LEASE_HELD
 
 
 async def replay_events(settings: Settings, since: datetime, *, as_json: bool = False) -> int:

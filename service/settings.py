@@ -166,6 +166,9 @@ class Settings(BaseSettings):
     """Presses of the pay button for one payment link in an hour; beyond them, 429."""
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
     """How often each replica tries to reconcile with Stripe, one replica at a time; `0`: never."""
+    usage_report_interval_seconds: float = Field(default=60.0, ge=0, le=86400)
+    """How often each replica tries to send recorded metered calls to Stripe as meter events, one
+    replica at a time (a failed event is retried with backoff); `0`: never."""
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
     """How often each replica looks for completion notices it still owes."""
     readiness_outage_grace_seconds: float = Field(default=30.0, ge=0, le=600)

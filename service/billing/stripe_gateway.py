@@ -15,8 +15,9 @@ from urllib.parse import quote
 
 import aiohttp
 import stripe
+from stripe.params.checkout import SessionCreateParamsLineItem
 
-from service.billing.plans import Plan, PlanCatalog
+from service.billing.plans import CreditPack, MeteredPrice, Plan, PlanCatalog
 from service.billing.redirects import ANY_REDIRECT, RedirectPolicy
 from service.billing.stripe_calls import StripeCallObserver, StripeCalls
 from service.billing.stripe_fields import field_of, id_of
@@ -41,6 +42,36 @@ class CheckoutRequest:
     cancel_url: str
     expires_at: int
     idempotency_key: str
+    # Metered prices billed alongside the plan's own (its overage, or every call when pay as you go).
+    metered_price_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CreditCheckoutRequest:
+    customer_id: str
+    price_id: str
+    user_id: str
+    elicitation_id: str
+    pack_id: str
+    success_url: str
+    cancel_url: str
+    expires_at: int
+    idempotency_key: str
+
+
+@dataclass(frozen=True)
+class MeterEvent:
+    """One call to report: `identifier` is our usage row's id, so Stripe counts it once however
+    often it is sent."""
+
+    event_name: str
+    customer_id: str
+    identifier: str
+    timestamp: int
+    value: int = 1
+
+
+CatalogItem = Plan | CreditPack | MeteredPrice
 
 
 @dataclass(frozen=True)
@@ -69,7 +100,8 @@ class StripeGateway:
         self._http_client = http_client
         self._reads = reads
         self._catalog = catalog
-        self._price_ids: dict[str, str] = {}
+        self._price_ids: dict[str, str] = {}  # by lookup key
+        self._meter_ids: dict[str, str] = {}  # by event name
 
     @classmethod
     def create(
@@ -110,67 +142,147 @@ class StripeGateway:
 
     # -- catalog ---------------------------------------------------------------------------
 
-    async def find_price(self, plan: Plan) -> stripe.Price | None:
+    async def find_price(self, item: CatalogItem) -> stripe.Price | None:
         with self._calls.timed("list_prices"):
             prices = await self._client.v1.prices.list_async(
-                params={"lookup_keys": [plan.lookup_key], "active": True, "limit": 1}
+                params={"lookup_keys": [item.lookup_key], "active": True, "limit": 1}
             )
         return prices.data[0] if prices.data else None
 
-    async def price_id(self, plan: Plan) -> str:
-        cached = self._price_ids.get(plan.id)
+    async def price_id(self, item: CatalogItem) -> str:
+        cached = self._price_ids.get(item.lookup_key)
         if cached is not None:
             return cached
-        price = await self.find_price(plan)
+        price = await self.find_price(item)
         if price is None:
-            raise PriceNotFound(f"no active Stripe price with lookup key {plan.lookup_key!r}")
-        self._price_ids[plan.id] = price.id
+            raise PriceNotFound(f"no active Stripe price with lookup key {item.lookup_key!r}")
+        self._price_ids[item.lookup_key] = price.id
         return price.id
 
-    async def sync_plans(self) -> list[tuple[Plan, str, bool]]:
-        """Create each plan's product and price unless a price with its lookup key exists.
+    async def sync_plans(self) -> list[tuple[CatalogItem, str, bool]]:
+        """Create each catalog price (plans, metered prices with their meters, credit packs) and its
+        product unless a price with its lookup key exists.
 
-        Returns (plan, price id, created). A price whose amount, currency or interval differs from
-        the plans file is an error to fix in Stripe, not something to overwrite silently.
+        Returns (item, price id, created). A price whose amount, currency, interval or kind differs
+        from the plans file is an error to fix in Stripe, not something to overwrite silently.
         """
-        results: list[tuple[Plan, str, bool]] = []
+        results: list[tuple[CatalogItem, str, bool]] = []
         for plan in self._catalog.all():
-            price = await self.find_price(plan)
-            if price is not None:
-                recurring = price.recurring
-                if (
-                    price.unit_amount != plan.amount
-                    or price.currency != plan.currency
-                    or recurring is None
-                    or recurring.interval != plan.interval
-                ):
-                    raise PriceNotFound(
-                        f"price {price.id} for lookup key {plan.lookup_key!r} does not match plan {plan.id!r}"
-                    )
-                results.append((plan, price.id, False))
-                self._price_ids[plan.id] = price.id
-                continue
-            with self._calls.timed("create_product"):
-                product = await self._client.v1.products.create_async(
-                    params={"name": plan.name, "metadata": {"plan_id": plan.id}},
-                    options={"idempotency_key": f"product:{plan.lookup_key}"},
-                )
-            price_key = f"price:{plan.lookup_key}:{plan.amount}:{plan.currency}:{plan.interval}"
-            with self._calls.timed("create_price"):
-                created = await self._client.v1.prices.create_async(
-                    params={
-                        "product": product.id,
-                        "unit_amount": plan.amount,
-                        "currency": plan.currency,
-                        "recurring": {"interval": plan.interval},
-                        "lookup_key": plan.lookup_key,
-                        "metadata": {"plan_id": plan.id},
-                    },
-                    options={"idempotency_key": price_key},
-                )
-            self._price_ids[plan.id] = created.id
-            results.append((plan, created.id, True))
+            params: dict[str, Any] = {
+                "unit_amount": plan.amount,
+                "currency": plan.currency,
+                "recurring": {"interval": plan.interval},
+                "metadata": {"plan_id": plan.id},
+            }
+            results.append(await self._synced_price(plan, plan.name, {"plan_id": plan.id}, params))
+        for metered in self._catalog.metered_prices():
+            meter_id = await self.meter_id(metered, create=True)
+            params = {
+                "unit_amount": metered.unit_amount,
+                "currency": metered.currency,
+                "recurring": {"interval": metered.interval, "usage_type": "metered", "meter": meter_id},
+                "metadata": {"metered_tool": metered.tool},
+            }
+            name = f"{metered.tool} calls"
+            results.append(await self._synced_price(metered, name, {"metered_tool": metered.tool}, params))
+        for pack in self._catalog.credit_packs():
+            params = {
+                "unit_amount": pack.amount,
+                "currency": pack.currency,
+                "metadata": {"credit_pack_id": pack.id, "credits": str(pack.credits)},
+            }
+            results.append(await self._synced_price(pack, pack.name, {"credit_pack_id": pack.id}, params))
         return results
+
+    async def _synced_price(
+        self, item: CatalogItem, product_name: str, product_metadata: dict[str, str], params: dict[str, Any]
+    ) -> tuple[CatalogItem, str, bool]:
+        price = await self.find_price(item)
+        if price is not None:
+            if not _price_matches(price, params):
+                raise PriceNotFound(
+                    f"price {price.id} for lookup key {item.lookup_key!r} does not match the plans file"
+                )
+            self._price_ids[item.lookup_key] = price.id
+            return item, price.id, False
+        with self._calls.timed("create_product"):
+            product = await self._client.v1.products.create_async(
+                params={"name": product_name, "metadata": product_metadata},
+                options={"idempotency_key": f"product:{item.lookup_key}"},
+            )
+        recurring = params.get("recurring") or {}
+        price_key = ":".join(
+            str(part)
+            for part in (
+                "price",
+                item.lookup_key,
+                params["unit_amount"],
+                params["currency"],
+                recurring.get("interval", "once"),
+                recurring.get("meter", ""),
+            )
+        )
+        with self._calls.timed("create_price"):
+            created = await self._client.v1.prices.create_async(
+                params={"product": product.id, "lookup_key": item.lookup_key, **params},  # type: ignore[typeddict-item]
+                options={"idempotency_key": price_key},
+            )
+        self._price_ids[item.lookup_key] = created.id
+        return item, created.id, True
+
+    # -- meters ----------------------------------------------------------------------------
+
+    async def meter_id(self, metered: MeteredPrice, *, create: bool = False) -> str:
+        """The id of the active Billing Meter counting `metered.event_name` (made when `create`)."""
+        cached = self._meter_ids.get(metered.event_name)
+        if cached is not None:
+            return cached
+        with self._calls.timed("list_meters"):
+            page = await self._client.v1.billing.meters.list_async(params={"status": "active", "limit": 100})
+            meters = [meter async for meter in page.auto_paging_iter()]
+        found = next((meter for meter in meters if meter.event_name == metered.event_name), None)
+        if found is None:
+            if not create:
+                raise PriceNotFound(f"no active Stripe meter for event {metered.event_name!r}")
+            with self._calls.timed("create_meter"):
+                found = await self._client.v1.billing.meters.create_async(
+                    params={
+                        "display_name": f"{metered.tool} calls",
+                        "event_name": metered.event_name,
+                        "default_aggregation": {"formula": "sum"},
+                        "customer_mapping": {"event_payload_key": "stripe_customer_id", "type": "by_id"},
+                        "value_settings": {"event_payload_key": "value"},
+                    },
+                    options={"idempotency_key": f"meter:{metered.event_name}"},
+                )
+        self._meter_ids[metered.event_name] = found.id
+        return found.id
+
+    async def send_meter_event(self, event: MeterEvent) -> None:
+        """Report one call; Stripe ignores an `identifier` it has seen in the last 24 hours or more."""
+        with self._calls.timed("create_meter_event"):
+            await self._client.v1.billing.meter_events.create_async(
+                params={
+                    "event_name": event.event_name,
+                    "identifier": event.identifier,
+                    "timestamp": event.timestamp,
+                    "payload": {"stripe_customer_id": event.customer_id, "value": str(event.value)},
+                },
+                options={"idempotency_key": f"meter-event:{event.identifier}"},
+            )
+
+    async def meter_usage(self, metered: MeteredPrice, customer_id: str, start: int, end: int) -> int:
+        """What Stripe's meter counted for the customer between `start` and `end` (whole minutes)."""
+        meter_id = await self.meter_id(metered)
+        total = 0
+        with self._calls.timed("list_meter_event_summaries"):
+            page = await self._client.v1.billing.meters.event_summaries.list_async(
+                meter_id,
+                params={"customer": customer_id, "start_time": start, "end_time": end, "limit": 100},
+            )
+            async for summary in page.auto_paging_iter():
+                total += int(summary.aggregated_value)
+        return total
 
     # -- customers and checkout ------------------------------------------------------------
 
@@ -188,15 +300,41 @@ class StripeGateway:
             "elicitation_id": request.elicitation_id,
             "plan_id": request.plan_id,
         }
+        line_items: list[SessionCreateParamsLineItem] = [{"price": request.price_id, "quantity": 1}]
+        # Stripe refuses a quantity on a metered price: usage sets it.
+        line_items.extend({"price": price_id} for price_id in request.metered_price_ids)
         with self._calls.timed("create_checkout_session"):
             return await self._client.v1.checkout.sessions.create_async(
                 params={
                     "mode": "subscription",
                     "customer": request.customer_id,
                     "client_reference_id": request.user_id,
-                    "line_items": [{"price": request.price_id, "quantity": 1}],
+                    "line_items": line_items,
                     "metadata": metadata,
                     "subscription_data": {"metadata": metadata},
+                    "success_url": request.success_url,
+                    "cancel_url": request.cancel_url,
+                    "expires_at": request.expires_at,
+                },
+                options={"idempotency_key": request.idempotency_key},
+            )
+
+    async def create_credit_checkout_session(self, request: CreditCheckoutRequest) -> stripe.checkout.Session:
+        """Checkout in payment mode for a credit pack; the webhook grants the credits once paid."""
+        metadata = {
+            "user_id": request.user_id,
+            "elicitation_id": request.elicitation_id,
+            "credit_pack_id": request.pack_id,
+        }
+        with self._calls.timed("create_checkout_session"):
+            return await self._client.v1.checkout.sessions.create_async(
+                params={
+                    "mode": "payment",
+                    "customer": request.customer_id,
+                    "client_reference_id": request.user_id,
+                    "line_items": [{"price": request.price_id, "quantity": 1}],
+                    "metadata": metadata,
+                    "payment_intent_data": {"metadata": metadata},
                     "success_url": request.success_url,
                     "cancel_url": request.cancel_url,
                     "expires_at": request.expires_at,
@@ -207,6 +345,12 @@ class StripeGateway:
     def checkout_url(self, checkout: stripe.checkout.Session) -> str:
         """Where to send the browser to pay; `UntrustedRedirect` if that is not Stripe's Checkout."""
         return self._redirects.checked(checkout.url)
+
+    async def retrieve_payment_intent(self, payment_intent_id: str) -> StripeData:
+        """The payment intent as Stripe's JSON (its metadata names a credit purchase)."""
+        return await self._read(
+            "retrieve_payment_intent", f"/v1/payment_intents/{quote(payment_intent_id, safe='')}"
+        )
 
     async def retrieve_checkout_session(self, session_id: str) -> stripe.checkout.Session:
         with self._calls.timed("retrieve_checkout_session"):
@@ -294,6 +438,16 @@ class StripeGateway:
             return subscription, await self.latest_payment_reversal(subscription)
         return subscription, await self._reversal_of(payments, *customer_charges)
 
+    async def payment_reversal(self, payment_intent_id: str) -> str | None:
+        """'disputed' or 'refunded' when a one-time payment's charge was taken back, else None."""
+        page = await self._read("list_charges", "/v1/charges", payment_intent=payment_intent_id)
+        for charge in field_of(page, "data") or []:
+            if field_of(charge, "disputed"):
+                return "disputed"
+            if field_of(charge, "refunded"):
+                return "refunded"
+        return None
+
     async def _invoice_payments(self, invoice_id: str) -> list[StripeData]:
         page = await self._read("list_invoice_payments", "/v1/invoice_payments", invoice=invoice_id, limit=10)
         return list(field_of(page, "data") or [])
@@ -361,3 +515,18 @@ class StripeGateway:
             )
             events = [event async for event in page.auto_paging_iter()]
         return sorted(events, key=lambda event: event.created)
+
+
+def _price_matches(price: stripe.Price, params: Mapping[str, Any]) -> bool:
+    """Whether an existing price bills what the plans file says (amount, currency, kind, interval)."""
+    if price.unit_amount != params["unit_amount"] or price.currency != params["currency"]:
+        return False
+    wanted = params.get("recurring")
+    recurring = price.recurring
+    if wanted is None or recurring is None:
+        return wanted is None and recurring is None
+    return bool(
+        recurring.interval == wanted["interval"]
+        and recurring.usage_type == wanted.get("usage_type", "licensed")
+        and (wanted.get("meter") is None or recurring.meter == wanted["meter"])
+    )

@@ -25,9 +25,11 @@ from sqlmodel import col, select
 from service.billing.models import Subscription
 from service.billing.plans import PlanCatalog
 from service.billing.subscriptions import grants_access
+from service.billing.usage import credit_balance, period_usage
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.mcp_server.caller import current_caller
+from service.money import format_amount
 
 
 class SubscriptionStatus(BaseModel):
@@ -38,10 +40,21 @@ class SubscriptionStatus(BaseModel):
     renews_or_ends_at: datetime | None
     cancels_at_period_end: bool
     access_revoked_because: str | None
+    # This billing period: calls counted against the plan's included calls (None: unlimited plan).
+    calls_used: int | None = None
+    calls_included: int | None = None
+    # Calls billed per call this period (pay as you go, or metered overage) and their charges so far,
+    # in minor units of `currency`; invoiced at the period's end.
+    metered_calls: int = 0
+    metered_charges: int = 0
+    metered_charges_label: str | None = None
+    currency: str | None = None
 
 
 class BillingStatus(BaseModel):
     subscriptions: list[SubscriptionStatus]
+    # Prepaid calls left: one pays one call of any paid tool.
+    credits: int = 0
     summary: str
 
 
@@ -59,9 +72,16 @@ def register_billing_tools(
 ) -> None:
     grace = timedelta(seconds=grace_seconds)
 
-    @server.tool(description="Your subscriptions: plan, status, and when they renew or end.")
+    @server.tool(
+        description=(
+            "Your subscriptions (plan, status, when they renew or end), calls used and included this "
+            "period, metered charges so far, and your prepaid credit balance."
+        )
+    )
     async def billing_status() -> BillingStatus:
         caller = current_caller()
+        now = utcnow()
+        items: list[SubscriptionStatus] = []
         async with sessions() as session:
             rows = (
                 await session.exec(
@@ -70,22 +90,29 @@ def register_billing_tools(
                     .order_by(col(Subscription.created_at))
                 )
             ).all()
-        now = utcnow()
-        items = [
-            SubscriptionStatus(
-                plan=row.plan_id,
-                plan_name=plan.name if (plan := catalog.get(row.plan_id)) else row.plan_id,
-                status=row.status,
-                has_access=grants_access(row, grace=grace, now=now),
-                renews_or_ends_at=row.current_period_end,
-                cancels_at_period_end=row.cancel_at_period_end,
-                access_revoked_because=row.access_revoked_reason,
-            )
-            for row in rows
-        ]
-        active = [item.plan_name for item in items if item.has_access]
-        summary = f"Active: {', '.join(active)}." if active else "No active subscription."
-        return BillingStatus(subscriptions=items, summary=summary)
+            for row in rows:
+                plan = catalog.get(row.plan_id)
+                item = SubscriptionStatus(
+                    plan=row.plan_id,
+                    plan_name=plan.name if plan else row.plan_id,
+                    status=row.status,
+                    has_access=grants_access(row, grace=grace, now=now),
+                    renews_or_ends_at=row.current_period_end,
+                    cancels_at_period_end=row.cancel_at_period_end,
+                    access_revoked_because=row.access_revoked_reason,
+                )
+                if plan is not None and plan.counts_calls:
+                    usage = await period_usage(session, row)
+                    item.calls_used = usage.included_used
+                    item.calls_included = plan.included_calls
+                    item.metered_calls = usage.metered_calls
+                    item.metered_charges = usage.metered_amount
+                    item.currency = plan.currency
+                    if plan.meters_overage:
+                        item.metered_charges_label = format_amount(usage.metered_amount, plan.currency)
+                items.append(item)
+            credits = await credit_balance(session, caller.user_id)
+        return BillingStatus(subscriptions=items, credits=credits, summary=_summary(items, credits))
 
     @server.tool(
         description=(
@@ -110,6 +137,21 @@ def register_billing_tools(
         if answer.action == "accept":
             return _text("The billing portal is open in your browser. Changes show up in billing_status.")
         return _text("Billing portal not opened; nothing changed.")
+
+
+def _summary(items: list[SubscriptionStatus], credits: int) -> str:
+    parts: list[str] = []
+    for item in items:
+        if not item.has_access:
+            continue
+        text = item.plan_name
+        if item.calls_included:
+            text += f" ({item.calls_used or 0:,} of {item.calls_included:,} included calls used this period)"
+        if item.metered_charges_label is not None:
+            text += f" ({item.metered_calls:,} calls billed per call so far: {item.metered_charges_label})"
+        parts.append(text)
+    summary = f"Active: {'; '.join(parts)}." if parts else "No active subscription."
+    return f"{summary} Credits: {credits:,}." if credits else summary
 
 
 def _portal_id() -> str:

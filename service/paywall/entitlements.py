@@ -15,6 +15,8 @@ from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import EntitlementChanged
 
+MAX_REMEMBERED_WITHOUT_CREDITS = 100_000
+
 
 class Entitlements:
     def __init__(
@@ -30,6 +32,27 @@ class Entitlements:
         self._grace = grace
         self._cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+        # Users seen without credits, until when: their unpaid calls skip the database the way
+        # unentitled calls do. A purchase (on any replica) drops the entry through the bus.
+        self._no_credits: dict[str, float] = {}
+
+    @property
+    def grace(self) -> timedelta:
+        return self._grace
+
+    def known_without_credits(self, user_id: str) -> bool:
+        until = self._no_credits.get(user_id)
+        if until is None:
+            return False
+        if until <= time.monotonic():
+            del self._no_credits[user_id]
+            return False
+        return True
+
+    def saw_without_credits(self, user_id: str) -> None:
+        if len(self._no_credits) >= MAX_REMEMBERED_WITHOUT_CREDITS:
+            self._no_credits.clear()  # forgetting only costs a database read per user
+        self._no_credits[user_id] = time.monotonic() + self._cache_seconds
 
     async def plans_of(self, user_id: str, *, fresh: bool = False) -> frozenset[str]:
         now = time.monotonic()
@@ -52,3 +75,4 @@ class Entitlements:
 
     async def on_change(self, change: EntitlementChanged) -> None:
         self._cache.pop(change.user_id, None)
+        self._no_credits.pop(change.user_id, None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,10 +31,12 @@ from mcp_types import (
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from service.billing.plans import Plan
+from service.billing.usage import PaidCall
 from service.db.engine import SessionFactory
 from service.mcp_server.caller import Caller, current_caller
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
+from service.paywall.admission import Admission, call_key
 from service.paywall.bus import PaymentWaiters, wait_for
 from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
 from service.paywall.entitlements import Entitlements
@@ -44,6 +47,7 @@ from service.paywall.tool_index import PaidToolIndex
 from service.paywall.toolset import ElicitationStyle, PaidTool
 
 INPUT_REQUEST_KEY = "payment"
+Admitted = Callable[[], Awaitable[bool]]  # whether the call may run now (spending what pays for it)
 PROGRESS_INTERVAL_SECONDS = 5.0
 
 
@@ -82,10 +86,15 @@ class Paywall:
         self._tools = tools
         self._known_links = known_links
         self._metrics = metrics
+        self._admission = Admission(sessions, tools.catalog, entitlements)
 
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
         """Whether these plans unlock the tool `elicitation` was opened for."""
         return self._tools.satisfied_by(elicitation, entitled_plan_ids)
+
+    def plans_for(self, tool_name: str) -> list[Plan]:
+        """Every plan that unlocks the tool, in the order they are offered."""
+        return self._tools.plans_for(tool_name)
 
     def payment_url(self, elicitation_id: str) -> str:
         return f"{self._settings.public_base_url}/pay/{elicitation_id}"
@@ -96,35 +105,53 @@ class Paywall:
         """None when the caller may run the tool; the time this takes is not the tool's own."""
         started = time.perf_counter()
         try:
-            return await self._guard(ctx, tool)
+            return await self._guard(ctx, tool, arguments)
         finally:
             request_context.spent_in_paywall(time.perf_counter() - started)
 
-    async def _guard(self, ctx: Context, tool: PaidTool) -> CallToolResult | InputRequiredResult | None:
+    async def _guard(
+        self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
+    ) -> CallToolResult | InputRequiredResult | None:
         caller = current_caller()
         plan_ids = self._tools.unlocking_plan_ids(tool)
         if not plan_ids:
             return error_result(f"{tool.name} is not offered in any plan right now.")
-        if await self._entitlements.allows(caller.user_id, plan_ids):
+        call = PaidCall(
+            user_id=caller.user_id,
+            tool=tool.name,
+            call_key=call_key(
+                session_id=(ctx.headers or {}).get("mcp-session-id"),
+                request_id=str(ctx.request_id),
+                tool=tool.name,
+                arguments=arguments,
+            ),
+        )
+        verdict = await self._admission.admit(call, plan_ids)
+        if verdict.allowed:
             return None
-        plans = self._tools.unlocking_plans(tool)
+
+        async def admitted() -> bool:
+            return (await self._admission.admit(call, plan_ids, fresh=True)).allowed
+
+        unlocking = self._tools.unlocking_plans(tool)
+        # Past a plan's included calls, offer the plans the user does not have (and credits).
+        plans = [plan for plan in unlocking if plan.id not in verdict.exhausted_plan_ids] or unlocking
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-            return await self._legacy(ctx, caller, tool, plans)
-        return await self._modern(ctx, caller, tool, plans)
+            return await self._legacy(ctx, caller, tool, plans, admitted)
+        return await self._modern(ctx, caller, tool, plans, admitted)
 
     # -- 2026-07-28 --------------------------------------------------------------------------
 
     async def _modern(
-        self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan]
+        self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan], admitted: Admitted
     ) -> CallToolResult | InputRequiredResult | None:
-        plan_ids = [plan.id for plan in plans]
         # A retry carries the sealed state, which proves it is this user's retry of this very call.
         retry_wait = self._settings.retry_wait_seconds
         if ctx.request_state is not None:
             refused = _refusal(tool, _answered((ctx.input_responses or {}).get(INPUT_REQUEST_KEY)))
             if refused is not None:
                 return refused
-            if await self._wait_for_payment(ctx, caller.user_id, plan_ids, retry_wait):
+            if await self._wait_for_payment(ctx, caller.user_id, admitted, retry_wait):
                 return None
         try:
             elicitation_id = await self._open(
@@ -149,7 +176,7 @@ class Paywall:
     # -- 2025-11-25 --------------------------------------------------------------------------
 
     async def _legacy(
-        self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan]
+        self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan], admitted: Admitted
     ) -> CallToolResult | None:
         plan = plans[0]
         capabilities = ctx.client_capabilities
@@ -181,8 +208,7 @@ class Paywall:
         refused = _refusal(tool, answer.action)
         if refused is not None:
             return refused
-        plan_ids = [candidate.id for candidate in plans]
-        if await self._wait_for_payment(ctx, caller.user_id, plan_ids, self._settings.payment_wait_seconds):
+        if await self._wait_for_payment(ctx, caller.user_id, admitted, self._settings.payment_wait_seconds):
             return None
         return error_result(
             f"Your payment has not been confirmed yet. Once it is, call {tool.name} again: {url}"
@@ -216,13 +242,14 @@ class Paywall:
         request_context.bind(user_id=caller.user_id, elicitation_id=elicitation.id)
         return elicitation.id
 
-    async def _wait_for_payment(self, ctx: Context, user_id: str, plan_ids: list[str], bound: float) -> bool:
-        """Wait up to `bound` seconds for an entitlement, reporting progress; True once entitled."""
+    async def _wait_for_payment(self, ctx: Context, user_id: str, admitted: Admitted, bound: float) -> bool:
+        """Wait up to `bound` seconds for a plan or credits, reporting progress; True once the call
+        may run (a credit, if that is what pays for it, is spent by then)."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         while True:
             with self._waiters.watch(user_id) as changed:
-                if await self._entitlements.allows(user_id, plan_ids, fresh=True):
+                if await admitted():
                     return True
                 elapsed = loop.time() - started
                 if elapsed >= bound:
@@ -231,7 +258,11 @@ class Paywall:
                 await wait_for(changed, min(bound - elapsed, PROGRESS_INTERVAL_SECONDS))
 
     def _message(self, tool: PaidTool, plan: Plan) -> str:
-        return f"{tool.name} needs the {plan.name} plan ({plan.price_label}). Subscribe securely with Stripe."
+        packs = self._tools.catalog.credit_packs()
+        credits = f", or buy {packs[0].name} for {packs[0].price_label}" if packs else ""
+        return (
+            f"{tool.name} needs the {plan.name} plan ({plan.price_label}){credits}. Pay securely with Stripe."
+        )
 
 
 def _answered(answer: InputResponse | None) -> str | None:

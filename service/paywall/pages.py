@@ -21,7 +21,7 @@ from service.billing.models import StripeCustomer
 from service.billing.plans import Plan
 from service.billing.redirects import UntrustedRedirect
 from service.billing.stripe_fields import field_of
-from service.billing.stripe_gateway import CheckoutRequest
+from service.billing.stripe_gateway import CheckoutRequest, CreditCheckoutRequest
 from service.billing.subscriptions import entitled_plan_ids, plan_of
 from service.db.metadata import utcnow
 from service.dependencies import BrowserUser, RuntimeDep, SessionDep
@@ -93,17 +93,41 @@ async def _checked(
 
 
 async def _payable(
-    runtime: Runtime, session: AsyncSession, user: User | None, elicitation_id: str, request: Request
+    runtime: Runtime,
+    session: AsyncSession,
+    user: User | None,
+    elicitation_id: str,
+    request: Request,
+    plan_id: str | None = None,
 ) -> tuple[Elicitation, Plan, User] | Response:
-    """The elicitation, its plan and the signed-in user, or the page to show instead."""
+    """The elicitation, the plan to pay for (its own, or `plan_id` if that also unlocks its tool)
+    and the signed-in user, or the page to show instead."""
     checked = await _checked(runtime, session, user, elicitation_id, request)
     if not isinstance(checked, Elicitation):
         return checked
     assert user is not None  # _checked sends anonymous visitors to sign in
-    plan = runtime.catalog.get(checked.plan_id)
+    wanted = plan_id or checked.plan_id
+    plan = runtime.catalog.get(wanted)
+    if (
+        plan is not None
+        and wanted != checked.plan_id
+        and plan not in runtime.paywall.plans_for(checked.tool_name)
+    ):
+        plan = None
     if plan is None:
         return runtime.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
     return checked, plan, user
+
+
+def _covers(runtime: Runtime, elicitation: Elicitation, plan: Plan, plan_ids: frozenset[str]) -> bool:
+    """Whether these plans make paying for `plan` pointless: they include it, or one of them unlocks
+    the tool without a limit on calls (a plan whose included calls ran out does not)."""
+    if plan.id in plan_ids:
+        return True
+    for owned in runtime.paywall.plans_for(elicitation.tool_name):
+        if owned.id in plan_ids and not owned.counts_calls:
+            return True
+    return False
 
 
 @router.get("/pay/{elicitation_id}")
@@ -115,10 +139,20 @@ async def payment_page(
         return payable
     checked, plan, user = payable
     await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
+    grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+    owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
     return runtime.form_page(
         request,
         "pay.html",
         plan=plan,
+        # The user has this plan and its included calls are used up: an upgrade or credits help.
+        plan_owned=plan.id in owned,
+        other_plans=[
+            other
+            for other in runtime.paywall.plans_for(checked.tool_name)
+            if other.id != plan.id and other.id not in owned
+        ],
+        packs=runtime.catalog.credit_packs(),
         tool_name=checked.tool_name,
         username=user.username,
         checkout_domain=runtime.checkout_domain,
@@ -184,12 +218,12 @@ async def _pay_attempts_exceeded(
 
 
 async def _read_checkout_plan(
-    runtime: Runtime, request: Request, elicitation_id: str
+    runtime: Runtime, request: Request, elicitation_id: str, plan_id: str | None
 ) -> CheckoutPlan | Response:
     """The read step of the pay button, in one short transaction: who, what, whether to go on at all."""
     async with runtime.sessions() as session, session.begin():
         user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
-        payable = await _payable(runtime, session, user, elicitation_id, request)
+        payable = await _payable(runtime, session, user, elicitation_id, request, plan_id)
         if not isinstance(payable, tuple):
             return payable
         elicitation, plan, user = payable
@@ -199,7 +233,7 @@ async def _read_checkout_plan(
         # Fresh from the database, not the paywall's cache: a payment confirmed seconds ago counts.
         grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
         entitled = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
-        if runtime.paywall.satisfied_by(elicitation, entitled):
+        if _covers(runtime, elicitation, plan, entitled):
             return runtime.pages.message(
                 "Already subscribed",
                 "Your subscription already unlocks this tool; nothing was charged. Return to your MCP "
@@ -228,7 +262,9 @@ async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response |
     elicitation = found.elicitation
     if elicitation.checkout_session_id is not None:
         current = await gateway.retrieve_checkout_session(elicitation.checkout_session_id)
-        if current.status == "complete":
+        if field_of(field_of(current, "metadata"), "plan_id") not in (None, found.plan.id):
+            pass  # that checkout is for another plan than the one chosen now
+        elif current.status == "complete":
             return _waiting_for_confirmation(runtime)
         if current.status == "open" and current.url:
             return RedirectResponse(gateway.checkout_url(current), status_code=303)
@@ -240,7 +276,7 @@ async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response |
         if field_of(subscription, "status") in LIVE_STATUSES
         and (plan_id := plan_of(subscription, runtime.catalog)) is not None
     }
-    if runtime.paywall.satisfied_by(elicitation, frozenset(live_plans)):
+    if _covers(runtime, elicitation, found.plan, frozenset(live_plans)):
         return _waiting_for_confirmation(runtime)  # paid, the webhook has not told us yet
     if live_plans:
         # A second subscription would bill twice: change the plan of the one there is instead.
@@ -257,8 +293,11 @@ async def start_checkout(
     request: Request,
     runtime: RuntimeDep,
     csrf_token: Annotated[str | None, Form()] = None,
+    plan_id: Annotated[str | None, Form(max_length=64)] = None,
 ) -> Response:
-    """Read (a short transaction), then Stripe (no transaction held), then write (a short transaction)."""
+    """Read (a short transaction), then Stripe (no transaction held), then write (a short transaction).
+
+    `plan_id`: another plan that unlocks the tool, chosen on the page instead of the link's own."""
     if not runtime.csrf.verify(request, csrf_token):
         return runtime.pages.message(
             "Form expired",
@@ -267,7 +306,7 @@ async def start_checkout(
             link_href=f"/pay/{elicitation_id}",
             link_text="Back to the payment page",
         )
-    found = await _read_checkout_plan(runtime, request, elicitation_id)
+    found = await _read_checkout_plan(runtime, request, elicitation_id, plan_id)
     if not isinstance(found, CheckoutPlan):
         return found
     gateway = runtime.stripe
@@ -285,6 +324,12 @@ async def start_checkout(
             CheckoutRequest(
                 customer_id=customer_id,
                 price_id=await gateway.price_id(found.plan),
+                metered_price_ids=tuple(
+                    [
+                        await gateway.price_id(metered)
+                        for metered in runtime.catalog.metered_prices_of(found.plan)
+                    ]
+                ),
                 user_id=found.user_id,
                 elicitation_id=elicitation.id,
                 plan_id=found.plan.id,
@@ -318,6 +363,105 @@ async def start_checkout(
             checkout=checkout.id,
         )
     runtime.metrics.checkout_created(found.plan.id)
+    return RedirectResponse(url, status_code=303)
+
+
+async def _read_credit_checkout(
+    runtime: Runtime, request: Request, elicitation_id: str
+) -> CheckoutPlan | Response:
+    """The read step of a credit pack's button: who, for which link, whether to go on at all."""
+    async with runtime.sessions() as session, session.begin():
+        user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
+        payable = await _payable(runtime, session, user, elicitation_id, request)
+        if not isinstance(payable, tuple):
+            return payable
+        elicitation, plan, user = payable
+        refused = await _pay_attempts_exceeded(runtime, session, user.id, elicitation.id)
+        if refused is not None:
+            return refused
+        checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user.id, CHECKOUT_WINDOW)
+        if checkouts >= runtime.settings.max_checkouts_per_hour:
+            await record(
+                session,
+                AuditKind.RATE_LIMITED,
+                user_id=user.id,
+                elicitation_id=elicitation.id,
+                what="checkout",
+            )
+            return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+        customer = await session.get(StripeCustomer, user.id)
+        session.expunge(elicitation)
+        return CheckoutPlan(
+            elicitation, plan, user.id, user.username, customer.customer_id if customer else None
+        )
+
+
+@router.post("/pay/{elicitation_id}/credits")
+async def buy_credits(
+    elicitation_id: str,
+    request: Request,
+    runtime: RuntimeDep,
+    csrf_token: Annotated[str | None, Form(max_length=200)] = None,
+    pack_id: Annotated[str | None, Form(max_length=64)] = None,
+) -> Response:
+    """Checkout in payment mode for a credit pack: read, then Stripe (no transaction held), then write."""
+    if not runtime.csrf.verify(request, csrf_token):
+        return runtime.pages.message(
+            "Form expired",
+            "Please reload the payment page and try again.",
+            status_code=400,
+            link_href=f"/pay/{elicitation_id}",
+            link_text="Back to the payment page",
+        )
+    pack = runtime.catalog.credit_pack(pack_id or "")
+    if pack is None:
+        return runtime.pages.message(
+            "Credit pack unavailable", "This credit pack is not offered.", status_code=404
+        )
+    found = await _read_credit_checkout(runtime, request, elicitation_id)
+    if not isinstance(found, CheckoutPlan):
+        return found
+    gateway = runtime.stripe
+    elicitation = found.elicitation
+    attempt = elicitation.checkout_attempt + 1
+    try:
+        customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
+        base = runtime.settings.public_base_url
+        checkout = await gateway.create_credit_checkout_session(
+            CreditCheckoutRequest(
+                customer_id=customer_id,
+                price_id=await gateway.price_id(pack),
+                user_id=found.user_id,
+                elicitation_id=elicitation.id,
+                pack_id=pack.id,
+                success_url=f"{base}/pay/{elicitation.id}/success?session_id={{CHECKOUT_SESSION_ID}}",
+                cancel_url=f"{base}/pay/{elicitation.id}/cancel",
+                expires_at=int((utcnow() + CHECKOUT_MIN_LIFETIME).timestamp()),
+                idempotency_key=f"credits:{elicitation.id}:{pack.id}:{attempt}",
+            )
+        )
+        url = gateway.checkout_url(checkout)
+    except UntrustedRedirect:
+        logger.exception("refused a redirect from Stripe for elicitation %s", elicitation.id)
+        return _untrusted_redirect(runtime)
+    except stripe.IdempotencyError:
+        return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
+
+    async with runtime.sessions() as session, session.begin():
+        if found.customer_id is None and await session.get(StripeCustomer, found.user_id) is None:
+            session.add(StripeCustomer(user_id=found.user_id, customer_id=customer_id))
+        row = await session.get(Elicitation, elicitation.id, with_for_update=True)
+        if row is not None:
+            row.checkout_attempt = max(row.checkout_attempt, attempt)
+            session.add(row)
+        await record(
+            session,
+            AuditKind.CHECKOUT_CREATED,
+            user_id=found.user_id,
+            elicitation_id=elicitation.id,
+            checkout=checkout.id,
+            credit_pack=pack.id,
+        )
     return RedirectResponse(url, status_code=303)
 
 

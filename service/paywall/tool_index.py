@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.billing.plans import Plan, PlanCatalog
+from service.billing.plans import Plan, PlanCatalog, offer_order
 from service.paywall.models import Elicitation
 from service.paywall.toolset import PaidTool
 
@@ -17,16 +17,24 @@ class PaidToolIndex:
             name: frozenset(plan.id for plan in plans) for name, plans in self._unlocking.items()
         }
 
+    @property
+    def catalog(self) -> PlanCatalog:
+        return self._catalog
+
     def _compute_unlocking(self, tool: PaidTool) -> list[Plan]:
         named = [plan for plan_id in tool.plans if (plan := self._catalog.get(plan_id)) is not None]
         listed = self._catalog.plans_unlocking(tool.name)
         unique = {plan.id: plan for plan in [*named, *listed]}
-        return sorted(unique.values(), key=lambda plan: plan.amount)
+        return sorted(unique.values(), key=offer_order)
 
     def unlocking_plans(self, tool: PaidTool) -> list[Plan]:
         """Plans named by the tool's decorator or listing the tool in the plans file, cheapest first."""
         cached = self._unlocking.get(tool.name)
         return cached if cached is not None else self._compute_unlocking(tool)
+
+    def plans_for(self, tool_name: str) -> list[Plan]:
+        """`unlocking_plans` by the tool's name; none for a tool that is not paid (any more)."""
+        return list(self._unlocking.get(tool_name, []))
 
     def unlocking_plan_ids(self, tool: PaidTool) -> frozenset[str]:
         """The ids of `unlocking_plans(tool)`."""

@@ -16,7 +16,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
 from service.billing.models import StripeCustomer
-from service.billing.plans import PlanCatalog
+from service.billing.plans import CreditPack, PlanCatalog
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.subscriptions import (
     ENTITLING_STATUSES,
@@ -28,6 +28,7 @@ from service.billing.subscriptions import (
     locked_subscription,
     user_for_customer,
 )
+from service.billing.usage import entitling_subscription, grant_credits, included_used, take_back_purchase
 from service.db.metadata import utcnow
 from service.paywall.bus import EntitlementChanged
 from service.paywall.elicitations import OpenElicitations, complete, named_and_open, open_elicitations
@@ -39,6 +40,15 @@ Satisfies = Callable[[Elicitation, frozenset[str]], bool]
 
 
 KEEP = "keep"  # a reversal value meaning: this read did not look, keep what we know
+
+
+@dataclass(frozen=True)
+class FreshPayment:
+    """Whether a one-time payment (a credit pack's) was refunded or disputed, read from Stripe before
+    its checkout is applied: a refund that arrived first must not leave the credits granted."""
+
+    payment_intent_id: str | None
+    reversal: str | None
 
 
 @dataclass(frozen=True)
@@ -83,15 +93,17 @@ class StripeStateApplier:
         self,
         session: AsyncSession,
         checkout: Any,
-        fresh: FreshSubscription | None,
+        fresh: FreshSubscription | FreshPayment | None,
         *,
         observed_at: int,
         source: str,
     ) -> Outcome:
-        if field_of(checkout, "mode") != "subscription":
-            raise EventIgnored("not a subscription checkout")
+        mode = field_of(checkout, "mode")
+        if mode not in ("subscription", "payment"):
+            raise EventIgnored("not a subscription or credit pack checkout")
         if field_of(checkout, "payment_status") not in ("paid", "no_payment_required"):
             raise EventIgnored("payment not completed yet")
+        pack = self._paid_pack(checkout) if mode == "payment" else None
         user_id = field_of(checkout, "client_reference_id")
         metadata = field_of(checkout, "metadata") or {}
         elicitation_id = field_of(metadata, "elicitation_id")
@@ -106,7 +118,9 @@ class StripeStateApplier:
         if customer_id is None:
             raise EventIgnored("checkout has no customer")
         await self._bind_customer(session, user_id, customer_id)
-        if fresh is None:
+        if pack is not None:
+            return await self._credit_purchase(session, checkout, pack, user_id, fresh, known_open, source)
+        if not isinstance(fresh, FreshSubscription):
             raise EventIgnored("checkout has no subscription")
         return await self.subscription_state(
             session,
@@ -116,6 +130,85 @@ class StripeStateApplier:
             reversal=fresh.reversal,
             known_open=known_open,
         )
+
+    def _paid_pack(self, checkout: Any) -> CreditPack:
+        """The credit pack a payment-mode checkout bought: named by its metadata, and paid in full."""
+        pack = self._catalog.credit_pack(str(field_of(field_of(checkout, "metadata"), "credit_pack_id")))
+        if pack is None:
+            raise EventIgnored("a payment-mode checkout that names no credit pack of the catalog")
+        if (field_of(checkout, "amount_total"), field_of(checkout, "currency")) != (
+            pack.amount,
+            pack.currency,
+        ):
+            raise EventIgnored(f"checkout's amount is not the price of credit pack {pack.id}")
+        return pack
+
+    async def _credit_purchase(
+        self,
+        session: AsyncSession,
+        checkout: Any,
+        pack: CreditPack,
+        user_id: str,
+        fresh: FreshSubscription | FreshPayment | None,
+        known_open: OpenElicitations,
+        source: str,
+    ) -> Outcome:
+        """Grant a paid credit pack once per Checkout Session; complete the user's open elicitations
+        (credits pay for any paid tool)."""
+        payment_intent_id = id_of(field_of(checkout, "payment_intent"))
+        granted = await grant_credits(
+            session,
+            user_id,
+            pack,
+            source=f"checkout:{field_of(checkout, 'id')}",
+            payment_intent_id=payment_intent_id,
+        )
+        if not granted:
+            return Outcome(status="ignored", detail="credits already granted for this checkout")
+        await record(
+            session,
+            AuditKind.ENTITLEMENT_GRANTED,
+            user_id=user_id,
+            credits=pack.credits,
+            pack=pack.id,
+            source=source,
+        )
+        if isinstance(fresh, FreshPayment) and fresh.reversal is not None and payment_intent_id is not None:
+            # Refunded or disputed before this event arrived: the credits go again at once.
+            await self.credit_reversal(session, payment_intent_id, fresh.reversal, source)
+            return Outcome(changes=[EntitlementChanged(user_id, (), ())])
+        completed = await open_elicitations(session, user_id, known_open)
+        await complete(session, completed)
+        return Outcome(
+            changes=[
+                EntitlementChanged(
+                    user_id,
+                    tuple(item.id for item in completed),
+                    tuple((item.id, item.mcp_session_id) for item in completed if item.mcp_session_id),
+                )
+            ],
+            status_changed=True,
+            completed_era_plans=tuple((item.protocol_era, item.plan_id) for item in completed),
+        )
+
+    async def credit_reversal(
+        self, session: AsyncSession, payment_intent_id: str, reversal: str, source: str
+    ) -> Outcome | None:
+        """Take back the unspent credits of a refunded or disputed credit purchase; None when the
+        payment bought no credits (or they were taken back already)."""
+        taken = await take_back_purchase(session, payment_intent_id)
+        if taken is None:
+            return None
+        user_id, credits = taken
+        await record(
+            session,
+            AuditKind.ENTITLEMENT_CHANGED,
+            user_id=user_id,
+            status=f"credit purchase {reversal}",
+            credits_taken_back=credits,
+            source=source,
+        )
+        return Outcome(changes=[EntitlementChanged(user_id, (), ())])
 
     async def _bind_customer(self, session: AsyncSession, user_id: str, customer_id: str) -> None:
         owner = await user_for_customer(session, customer_id)
@@ -243,9 +336,27 @@ class StripeStateApplier:
             entitled = frozenset({row.plan_id})
         if not all(self._satisfies(item, entitled) for item in candidates):
             entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
+        entitled = await self._with_calls_left(session, change.user_id, entitled)
         satisfied = [item for item in candidates if self._satisfies(item, entitled)]
         await complete(session, satisfied)
         return satisfied
+
+    async def _with_calls_left(
+        self, session: AsyncSession, user_id: str, plan_ids: frozenset[str]
+    ) -> frozenset[str]:
+        """`plan_ids` without the plans whose included calls this period are used up and that block
+        past them: an elicitation opened for that reason is not settled by another event about them
+        (a new period, or a new subscription, starts from zero again)."""
+        kept: set[str] = set()
+        for plan_id in plan_ids:
+            plan = self._catalog.get(plan_id)
+            if plan is None or plan.included_calls is None or plan.meters_overage:
+                kept.add(plan_id)
+                continue
+            subscription = await entitling_subscription(session, user_id, [plan_id], grace=timedelta(0))
+            if subscription is not None and await included_used(session, subscription) < plan.included_calls:
+                kept.add(plan_id)
+        return frozenset(kept)
 
     async def checkout_expired(self, session: AsyncSession, checkout: Any) -> Outcome:
         metadata = field_of(checkout, "metadata") or {}

@@ -27,6 +27,7 @@ from service.paywall.bus import CompletionBus
 from service.webhooks.applier import (
     KEEP,
     EventIgnored,
+    FreshPayment,
     FreshSubscription,
     Outcome,
     StripeStateApplier,
@@ -51,15 +52,16 @@ HANDLED_EVENT_TYPES = (
 )
 
 
-Prefetched = tuple[StripeEventData, FreshSubscription | None]
+Fresh = FreshSubscription | FreshPayment | None
+Prefetched = tuple[StripeEventData, Fresh]
 
 
 def _event_id(event: StripeEventData) -> str:
     return event.id
 
 
-def _lock_key(fresh: FreshSubscription | None) -> str:
-    subscription_id = field_of(fresh.subscription, "id") if fresh is not None else None
+def _lock_key(fresh: Fresh) -> str:
+    subscription_id = field_of(fresh.subscription, "id") if isinstance(fresh, FreshSubscription) else None
     return subscription_id if isinstance(subscription_id, str) else ""
 
 
@@ -148,9 +150,7 @@ class WebhookProcessor:
                 results.append(exc)
         return results
 
-    async def _store_and_apply_retrying(
-        self, event: StripeEventData, prefetched: FreshSubscription | None
-    ) -> Outcome:
+    async def _store_and_apply_retrying(self, event: StripeEventData, prefetched: Fresh) -> Outcome:
         """One event in its own transaction, claimed and applied the way a batch is.
 
         An event id already stored is not an error ("duplicate": `claim_event_ids` skips it); any
@@ -182,10 +182,10 @@ class WebhookProcessor:
             claimed = await claim_event_ids(
                 session, sorted((batch[i][0] for i in first_of.values()), key=_event_id)
             )
-            subscriptions = [fresh.subscription for _, fresh in batch if fresh is not None]
+            subscriptions = [fresh.subscription for _, fresh in batch if isinstance(fresh, FreshSubscription)]
             await lock_for_apply(
                 session,
-                (_lock_key(fresh) for _, fresh in batch if fresh is not None),
+                (_lock_key(fresh) for _, fresh in batch if isinstance(fresh, FreshSubscription)),
                 (customer for customer in map(customer_of, subscriptions) if customer is not None),
             )
             order = sorted(
@@ -211,7 +211,7 @@ class WebhookProcessor:
         for change in outcome.changes:
             await self._bus.publish(change)
 
-    async def _prefetch(self, event: StripeEventData) -> FreshSubscription | None:
+    async def _prefetch(self, event: StripeEventData) -> Fresh:
         """Network reads happen before the transaction opens, never while it holds locks.
 
         Every event about a subscription re-reads it, and whether its current payment was refunded
@@ -222,6 +222,12 @@ class WebhookProcessor:
         obj = event.object
         subscription_id: str | None = None
         if event.type in CHECKOUT_COMPLETED:
+            if field_of(obj, "mode") == "payment":
+                payment_intent_id = id_of(field_of(obj, "payment_intent"))
+                reversal = (
+                    await self._gateway.payment_reversal(payment_intent_id) if payment_intent_id else None
+                )
+                return FreshPayment(payment_intent_id, reversal)
             subscription_id = id_of(field_of(obj, "subscription"))
             if subscription_id is None:
                 return None
@@ -244,21 +250,34 @@ class WebhookProcessor:
         subscription = await self._subscription_reads.read(subscription_id)
         return FreshSubscription(subscription, await self._gateway.latest_payment_reversal(subscription))
 
-    async def _apply(
-        self, session: AsyncSession, event: StripeEventData, fresh: FreshSubscription | None
-    ) -> Outcome:
+    async def _apply(self, session: AsyncSession, event: StripeEventData, fresh: Fresh) -> Outcome:
         obj, applier, source = event.object, self._applier, f"event {event.id}"
         try:
             if event.type in CHECKOUT_COMPLETED:
                 return await applier.checkout_completed(
                     session, obj, fresh, observed_at=event.created, source=source
                 )
+            if event.type in CHARGE_REVERSALS and not isinstance(fresh, FreshSubscription):
+                payment_intent_id = id_of(field_of(obj, "payment_intent"))
+                reversal = "disputed" if event.type == "charge.dispute.created" else "refunded"
+                if reversal == "refunded" and not field_of(obj, "refunded"):
+                    raise EventIgnored("a partial refund of a payment keeps what it bought")
+                taken = (
+                    await applier.credit_reversal(session, payment_intent_id, reversal, source)
+                    if payment_intent_id is not None
+                    else None
+                )
+                if taken is None:
+                    raise EventIgnored(
+                        "the payment is neither a subscription's nor an unreversed credit purchase"
+                    )
+                return taken
             if (
                 event.type in SUBSCRIPTION_EVENTS
                 or event.type in INVOICE_EVENTS
                 or event.type in CHARGE_REVERSALS
             ):
-                if fresh is None:
+                if not isinstance(fresh, FreshSubscription):
                     raise EventIgnored("the event is not about a subscription")
                 return await applier.subscription_state(
                     session,

@@ -26,12 +26,19 @@ from service.billing.models import StripeCustomer, Subscription
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeData, StripeGateway
 from service.billing.subscriptions import SubscriptionRejected
+from service.billing.usage_models import CreditEntry
 from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.periodic import Pace
-from service.webhooks.applier import EventIgnored, FreshSubscription, Outcome, StripeStateApplier
+from service.webhooks.applier import (
+    EventIgnored,
+    FreshPayment,
+    FreshSubscription,
+    Outcome,
+    StripeStateApplier,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +136,11 @@ class Reconciler:
         checkouts = [
             checkout
             for checkout in page
-            if field_of(checkout, "mode") == "subscription"
-            and field_of(checkout, "status") in ("complete", "expired")
+            if (
+                field_of(checkout, "mode") == "subscription"
+                and field_of(checkout, "status") in ("complete", "expired")
+            )
+            or (field_of(checkout, "mode") == "payment" and field_of(checkout, "status") == "complete")
         ]
         unreflected = await self._unreflected(checkouts)
         for checkout in checkouts:
@@ -146,8 +156,12 @@ class Reconciler:
             await self._apply(report, partial(self._applier.checkout_expired, checkout=checkout))
             return
         subscription_id = id_of(field_of(checkout, "subscription"))
-        fresh = None
-        if subscription_id is not None:
+        payment_intent_id = id_of(field_of(checkout, "payment_intent"))
+        fresh: FreshSubscription | FreshPayment | None = None
+        if field_of(checkout, "mode") == "payment":
+            reversal = await self._gateway.payment_reversal(payment_intent_id) if payment_intent_id else None
+            fresh = FreshPayment(payment_intent_id, reversal)
+        elif subscription_id is not None:
             subscription = await self._gateway.retrieve_subscription(subscription_id)
             fresh = FreshSubscription(subscription, await self._gateway.latest_payment_reversal(subscription))
         step = partial(
@@ -179,7 +193,8 @@ class Reconciler:
         """The ids of the checkouts (one listed page, at most 100) whose outcome our records may
         lack, from two local reads.
 
-        A completed checkout needs applying while its elicitation is still open or its
+        A credit pack's checkout needs applying until its credits are granted (once, by its id). A
+        completed subscription checkout needs applying while its elicitation is still open or its
         subscription is not stored here (a stored one is bound to its customer, so the
         subscription pass below re-reads it anyway); an expired one while it is its open
         elicitation's current checkout. A checkout that names no elicitation of ours, or
@@ -198,6 +213,14 @@ class Reconciler:
                 select(Subscription.id).where(col(Subscription.id).in_(subscription_ids))
             )
             stored = set(found.all())
+            granted = await session.exec(
+                select(CreditEntry.source).where(
+                    col(CreditEntry.source).in_(
+                        [f"checkout:{field_of(checkout, 'id')}" for checkout in checkouts]
+                    )
+                )
+            )
+            credited = set(granted.all())
         unreflected: set[str] = set()
         for checkout, elicitation_id, subscription_id in named:
             elicitation = elicitations.get(elicitation_id or "")
@@ -207,7 +230,9 @@ class Reconciler:
                 continue
             is_open = elicitation.status == ElicitationStatus.OPEN.value
             checkout_id = field_of(checkout, "id")
-            if field_of(checkout, "status") == "expired":
+            if field_of(checkout, "mode") == "payment":
+                needed = f"checkout:{checkout_id}" not in credited
+            elif field_of(checkout, "status") == "expired":
                 needed = is_open and elicitation.checkout_session_id == checkout_id
             else:
                 needed = is_open or subscription_id not in stored

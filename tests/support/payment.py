@@ -63,3 +63,46 @@ async def pay_checkout_session(client: stripe.StripeClient, session_id: str, car
         card_number=card,
         email="buyer@example.com",
     )
+
+
+async def open_credit_checkout(
+    service: PaymentSite, payment_url: str, username: str, pack_id: str
+) -> httpx.Response:
+    """Sign in as `username`, open the payment page and press the credit pack's button."""
+    path = urlsplit(payment_url).path
+    async with service.http() as browser:
+        login = await log_in_through_form(browser, f"/login?next={path}", username, DEFAULT_PASSWORD)
+        assert login.status_code == 303, login.text
+        page = await browser.get(path)
+        assert f'id="credits-button-{pack_id}"' in page.text, page.text
+        return await browser.post(
+            f"{path}/credits", data={"csrf_token": csrf_token(page.text), "pack_id": pack_id}
+        )
+
+
+async def buy_credits(
+    service: PaymentSite, payment_url: str, username: str, pack_id: str, card: str = GOOD_CARD
+) -> str:
+    """Buy a credit pack from an elicitation's payment page; returns the Checkout Session id."""
+    started = await open_credit_checkout(service, payment_url, username, pack_id)
+    assert started.status_code == 303, started.text
+    session_id = checkout_session_id(started.headers["location"])
+    await pay_checkout_session(service.stripe, session_id, card)
+    return session_id
+
+
+async def pay_for_plan(
+    service: PaymentSite, payment_url: str, username: str, plan_id: str, card: str = GOOD_CARD
+) -> str:
+    """Subscribe to another plan the payment page offers (`plan-button-<id>`); the Checkout Session id."""
+    path = urlsplit(payment_url).path
+    async with service.http() as browser:
+        login = await log_in_through_form(browser, f"/login?next={path}", username, DEFAULT_PASSWORD)
+        assert login.status_code == 303, login.text
+        page = await browser.get(path)
+        assert f'id="plan-button-{plan_id}"' in page.text, page.text
+        started = await browser.post(path, data={"csrf_token": csrf_token(page.text), "plan_id": plan_id})
+    assert started.status_code == 303, started.text
+    session_id = checkout_session_id(started.headers["location"])
+    await pay_checkout_session(service.stripe, session_id, card)
+    return session_id

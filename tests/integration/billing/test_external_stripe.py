@@ -15,6 +15,7 @@ from pathlib import Path
 from mcp import MCPError, UrlElicitationRequiredError
 
 from service.billing.models import Subscription
+from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
@@ -66,10 +67,13 @@ async def test_sync_plans_and_a_paid_call_against_another_stripe(database_url: s
     async with serve(external_stripe, stripe_socket):
         code, out, err = await sync_plans(stripe_base, database_url)
         assert code == 0, err
-        assert out.count("created ") == 2
+        catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
+        prices = len(catalog.all()) + len(catalog.metered_prices()) + len(catalog.credit_packs())
+        assert out.count("created ") == prices
+        assert "calls_100\tpaid_mcp_credits_100\t5.00 USD once" in out
         code, out, err = await sync_plans(stripe_base, database_url)
         assert code == 0, err
-        assert out.count("exists ") == 2, "sync-plans is idempotent by lookup key"
+        assert out.count("exists ") == prices, "sync-plans is idempotent by lookup key"
 
         settings = make_settings(
             database_url,
@@ -158,7 +162,9 @@ async def test_the_sandbox_runs_as_its_own_process(tmp_path: Path) -> None:
         async with asyncio.timeout(60):
             out, err = await sync.communicate()
         assert sync.returncode == 0, err.decode()
-        assert out.decode().count("created ") == 2
+        catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
+        prices = len(catalog.all()) + len(catalog.metered_prices()) + len(catalog.credit_packs())
+        assert out.decode().count("created ") == prices
     finally:
         process.terminate()
         await process.wait()

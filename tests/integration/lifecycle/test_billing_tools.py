@@ -15,7 +15,11 @@ async def test_billing_status_before_and_after_subscribing(service: RunningServi
     token = (await service.personal_token("bo")).secret
     async with service.mcp_client(token) as client:
         before = await client.call_tool("billing_status", {})
-    assert before.structured_content == {"subscriptions": [], "summary": "No active subscription."}
+    assert before.structured_content == {
+        "subscriptions": [],
+        "credits": 0,
+        "summary": "No active subscription.",
+    }
 
     subscriber = await subscribe(service, "cy")
     async with service.mcp_client(subscriber.token, mode="legacy") as client:
@@ -24,7 +28,8 @@ async def test_billing_status_before_and_after_subscribing(service: RunningServi
     [status] = after.structured_content["subscriptions"]
     assert status["plan"] == "pro" and status["status"] == "active" and status["has_access"] is True
     assert status["renews_or_ends_at"] is not None
-    assert after.structured_content["summary"] == "Active: Pro."
+    assert (status["calls_used"], status["calls_included"]) == (0, 1000)
+    assert after.structured_content["summary"] == "Active: Pro (0 of 1,000 included calls used this period)."
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])

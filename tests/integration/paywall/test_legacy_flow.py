@@ -159,7 +159,15 @@ async def test_only_the_initiating_session_hears_the_completion(service: Running
         await gus.send_ping()
     assert bystander_same_user.completed == []
     assert other_user.completed == []
-    deliveries = await service.rows(ElicitationDelivery, elicitation_id=elicitation.elicitation_id)
+    # The notice goes out first, then its row is marked delivered in a transaction of its own.
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        deliveries = await service.rows(ElicitationDelivery, elicitation_id=elicitation.elicitation_id)
+        if (
+            deliveries and deliveries[0].delivered_at is not None
+        ) or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.02)
     assert len(deliveries) == 1, "only the session that called the paid tool is owed the notice"
     assert deliveries[0].delivered_at is not None
     assert gus_elicitation.elicitation_id != elicitation.elicitation_id

@@ -41,7 +41,15 @@ async def test_signed_out_visitors_are_sent_to_login_and_back(service: RunningSe
         page = await browser.get(path)
     assert page.status_code == 200
     assert "Pro" in page.text and "9.00 USD / month" in page.text
-    assert page.text.count("<button") == 1
+    # The plan's button, one per other plan unlocking the tool, one per credit pack of the catalog.
+    buttons = [
+        'id="pay-button"',
+        'id="plan-button-team"',
+        'id="plan-button-payg"',
+        'id="credits-button-calls_100"',
+    ]
+    assert page.text.count("<button") == len(buttons)
+    assert all(button in page.text for button in buttons)
 
 
 async def test_unknown_link(service: RunningService) -> None:

@@ -215,7 +215,7 @@ async def test_adversarial_delivery_ends_in_the_right_state(adversarial_service:
     [
         ({"client_reference_id": "usr_attacker"}, "disagree about the user"),
         ({"client_reference_id": "usr_attacker", "metadata_user": "usr_attacker"}, "not this user's"),
-        ({"mode": "payment"}, "not a subscription checkout"),
+        ({"mode": "payment"}, "names no credit pack"),
         ({"payment_status": "unpaid"}, "payment not completed"),
     ],
     ids=["reference-vs-metadata", "someone-elses-elicitation", "payment-mode", "unpaid"],

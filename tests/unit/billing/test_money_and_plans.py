@@ -29,9 +29,12 @@ def test_the_default_catalog_loads() -> None:
     catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
     pro = catalog.get("pro")
     assert pro is not None and pro.price_label == "9.00 USD / month"
-    assert [plan.id for plan in catalog.plans_unlocking("ascii_chart")] == ["pro", "team"]
+    assert [plan.id for plan in catalog.plans_unlocking("ascii_chart")] == ["pro", "team", "payg"]
     assert [plan.id for plan in catalog.plans_unlocking("password_audit")] == ["team"]
     assert catalog.by_lookup_key("paid_mcp_team_monthly") == catalog.get("team")
+    assert pro.included_calls == 1000 and pro.overage == "block"
+    [pack] = catalog.credit_packs()
+    assert (pack.credits, pack.amount, pack.currency) == (100, 500, "usd")
 
 
 @pytest.mark.parametrize(

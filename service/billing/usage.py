@@ -1,0 +1,346 @@
+"""Deciding and recording paid calls funded by an included quota, metered billing or credits.
+
+Every function runs inside the caller's transaction, the one that decides the call may run: the
+call's usage row (unique per user and call key) and the counter or balance it moves commit
+together or not at all. A retried call finds its row and is let through without counting again.
+A refused call raises `Refused` after writing: the caller's transaction must roll back (no
+savepoint, which would cost two more round trips on every paid call).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Table, func, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.billing.models import Subscription
+from service.billing.plans import CreditPack, MeteredPrice, Plan
+from service.billing.subscriptions import grants_access
+from service.billing.usage_models import CreditBalance, CreditEntry, UsageCounter, UsageRecord
+from service.db.metadata import utcnow
+
+FUNDED_BY_PLAN = "included"
+FUNDED_BY_METER = "metered"
+FUNDED_BY_CREDIT = "credit"
+
+
+@dataclass(frozen=True)
+class PaidCall:
+    """A paid call about to run: `call_key` identifies it across retries and replicas."""
+
+    user_id: str
+    tool: str
+    call_key: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    funding: str | None = None  # how an allowed call is paid; None for a retry decided before
+    usage_id: str | None = None
+
+
+ALREADY_DECIDED = Decision(allowed=True)
+
+
+class Refused(Exception):
+    """Nothing pays for the call; what the decision wrote must be rolled back with the transaction."""
+
+
+def new_usage_id() -> str:
+    return f"ur_{secrets.token_urlsafe(18)}"
+
+
+def _table(model: Any) -> Table:
+    table: Table = model.__table__
+    return table
+
+
+def _insert(session: AsyncSession, model: Any) -> Any:
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    factory = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    return factory(_table(model))
+
+
+async def _claim(session: AsyncSession, call: PaidCall, funding: str, **values: Any) -> str | None:
+    """Insert the call's usage row; its id, or None when this call was recorded before (a retry)."""
+    usage_id = new_usage_id()
+    statement = (
+        _insert(session, UsageRecord)
+        .values(
+            id=usage_id,
+            user_id=call.user_id,
+            call_key=call.call_key,
+            tool=call.tool,
+            funding=funding,
+            created_at=utcnow(),
+            report_attempts=0,
+            **values,
+        )
+        .on_conflict_do_nothing(index_elements=["user_id", "call_key"])
+        .returning(_table(UsageRecord).c.id)
+    )
+    claimed = (await session.exec(statement)).first()
+    return str(claimed[0]) if claimed is not None else None
+
+
+# -- credits ---------------------------------------------------------------------------------
+
+
+async def spend_credit(session: AsyncSession, call: PaidCall) -> Decision:
+    """Pay for `call` with one of the user's credits, atomically; `Refused` when there is none.
+
+    Of any number of concurrent calls, exactly as many as there are credits pass: the decrement is
+    a conditional update that the database serialises per user. A retry of a call paid before
+    (its usage row exists) passes without spending, whatever the balance is now.
+    """
+    usage_id = await _claim(session, call, FUNDED_BY_CREDIT)
+    if usage_id is None:
+        return ALREADY_DECIDED
+    spent = await session.exec(
+        update(CreditBalance)
+        .where(col(CreditBalance.user_id) == call.user_id, col(CreditBalance.balance) >= 1)
+        .values(balance=CreditBalance.balance - 1, updated_at=utcnow())
+    )
+    if spent.rowcount != 1:
+        raise Refused
+    await session.exec(
+        _insert(session, CreditEntry).values(
+            user_id=call.user_id, delta=-1, reason="spend", source=f"usage:{usage_id}", created_at=utcnow()
+        )
+    )
+    return Decision(allowed=True, funding=FUNDED_BY_CREDIT, usage_id=usage_id)
+
+
+async def grant_credits(
+    session: AsyncSession,
+    user_id: str,
+    pack: CreditPack,
+    *,
+    source: str,
+    payment_intent_id: str | None,
+) -> bool:
+    """Add the pack's credits once per `source` (the Checkout Session); False if granted before."""
+    entry = await _append(
+        session,
+        user_id,
+        pack.credits,
+        "purchase",
+        source,
+        pack_id=pack.id,
+        payment_intent_id=payment_intent_id,
+    )
+    if entry is None:
+        return False
+    upsert = (
+        _insert(session, CreditBalance)
+        .values(user_id=user_id, balance=pack.credits, updated_at=utcnow())
+        .on_conflict_do_update(
+            index_elements=["user_id"],
+            set_={"balance": _table(CreditBalance).c.balance + pack.credits, "updated_at": utcnow()},
+        )
+    )
+    await session.exec(upsert)
+    return True
+
+
+async def take_back_purchase(session: AsyncSession, payment_intent_id: str) -> tuple[str, int] | None:
+    """After a refund or dispute of a credit purchase: remove its credits not spent yet, once.
+
+    Returns (user, credits taken back), or None when the payment bought no credits or was taken
+    back before. Credits already spent stay spent; the balance never goes below zero.
+    """
+    purchase = (
+        await session.exec(
+            select(CreditEntry).where(
+                col(CreditEntry.payment_intent_id) == payment_intent_id, col(CreditEntry.reason) == "purchase"
+            )
+        )
+    ).first()
+    if purchase is None:
+        return None
+    balance = await session.get(CreditBalance, purchase.user_id, with_for_update=True)
+    unspent = min(purchase.delta, balance.balance if balance is not None else 0)
+    entry = await _append(
+        session,
+        purchase.user_id,
+        -unspent,
+        "reversal",
+        f"reversal:{payment_intent_id}",
+        pack_id=purchase.pack_id,
+        payment_intent_id=payment_intent_id,
+    )
+    if entry is None:
+        return None
+    if balance is not None and unspent:
+        balance.balance -= unspent
+        balance.updated_at = utcnow()
+        session.add(balance)
+        await session.flush()
+    return purchase.user_id, unspent
+
+
+async def _append(
+    session: AsyncSession,
+    user_id: str,
+    delta: int,
+    reason: str,
+    source: str,
+    *,
+    pack_id: str | None = None,
+    payment_intent_id: str | None = None,
+) -> int | None:
+    """A ledger entry, unless one with this `source` exists; the new entry's id or None."""
+    statement = (
+        _insert(session, CreditEntry)
+        .values(
+            user_id=user_id,
+            delta=delta,
+            reason=reason,
+            source=source,
+            pack_id=pack_id,
+            payment_intent_id=payment_intent_id,
+            created_at=utcnow(),
+        )
+        .on_conflict_do_nothing(index_elements=["source"])
+        .returning(_table(CreditEntry).c.id)
+    )
+    row = (await session.exec(statement)).first()
+    return int(row[0]) if row is not None else None
+
+
+async def credit_balance(session: AsyncSession, user_id: str) -> int:
+    row = await session.get(CreditBalance, user_id)
+    return row.balance if row is not None else 0
+
+
+async def ledger_sum(session: AsyncSession, user_id: str) -> int:
+    """The balance as the ledger adds it up (the balance row must always equal it)."""
+    total = await session.exec(
+        select(func.coalesce(func.sum(CreditEntry.delta), 0)).where(col(CreditEntry.user_id) == user_id)
+    )
+    return int(total.one())
+
+
+# -- plans with included calls ---------------------------------------------------------------
+
+
+def period_of(subscription: Subscription) -> str:
+    """The billing period a call falls in, named by the period's end (as Stripe reports it)."""
+    end = subscription.current_period_end
+    return end.isoformat() if end is not None else "open"
+
+
+async def entitling_subscription(
+    session: AsyncSession, user_id: str, plan_ids: Iterable[str], *, grace: timedelta
+) -> Subscription | None:
+    """The user's subscription that grants one of `plan_ids` now (the latest, if several do)."""
+    wanted = set(plan_ids)
+    rows = await session.exec(
+        select(Subscription)
+        .where(col(Subscription.user_id) == user_id, col(Subscription.plan_id).in_(wanted))
+        .order_by(col(Subscription.created_at).desc())
+    )
+    now = utcnow()
+    return next((row for row in rows.all() if grants_access(row, grace=grace, now=now)), None)
+
+
+async def record_plan_call(
+    session: AsyncSession,
+    call: PaidCall,
+    subscription: Subscription,
+    plan: Plan,
+    metered: MeteredPrice | None,
+) -> Decision:
+    """Count `call` against the plan's included calls this period; past them, meter it (overage
+    `meter`) or raise `Refused` (`block`)."""
+    assert plan.included_calls is not None, "only plans that count calls come here"
+    period = period_of(subscription)
+    values: dict[str, Any] = {"plan_id": plan.id, "subscription_id": subscription.id, "period": period}
+    billing: dict[str, Any] = {}
+    if metered is not None and plan.meters_overage:
+        billing = {
+            "customer_id": subscription.customer_id,
+            "event_name": metered.event_name,
+            "unit_amount": metered.unit_amount,
+            "currency": metered.currency,
+            "next_report_at": utcnow(),
+        }
+    if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
+        if not billing:
+            raise Refused
+        usage_id = await _claim(session, call, FUNDED_BY_METER, **values, **billing)
+        if usage_id is None:
+            return ALREADY_DECIDED
+        return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
+    usage_id = await _claim(session, call, FUNDED_BY_PLAN, **values)
+    if usage_id is None:
+        return ALREADY_DECIDED
+    if await _count(session, subscription, period, plan.included_calls):
+        return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=usage_id)
+    if not billing:
+        raise Refused
+    await session.exec(
+        update(UsageRecord).where(col(UsageRecord.id) == usage_id).values(funding=FUNDED_BY_METER, **billing)
+    )
+    return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
+
+
+async def _count(session: AsyncSession, subscription: Subscription, period: str, included: int) -> bool:
+    """One more included call in this period, if any is left (a conditional update, or the first row)."""
+    raise_used = (
+        update(UsageCounter)
+        .where(
+            col(UsageCounter.subscription_id) == subscription.id,
+            col(UsageCounter.period) == period,
+            col(UsageCounter.used) < included,
+        )
+        .values(used=UsageCounter.used + 1)
+    )
+    if (await session.exec(raise_used)).rowcount == 1:
+        return True
+    first = (
+        _insert(session, UsageCounter)
+        .values(subscription_id=subscription.id, period=period, user_id=subscription.user_id, used=1)
+        .on_conflict_do_nothing(index_elements=["subscription_id", "period"])
+        .returning(_table(UsageCounter).c.used)
+    )
+    if (await session.exec(first)).first() is not None:
+        return True
+    # Another transaction made the row meanwhile and has committed (we waited for it): try again.
+    return bool((await session.exec(raise_used)).rowcount == 1)
+
+
+async def included_used(session: AsyncSession, subscription: Subscription) -> int:
+    row = await session.get(UsageCounter, (subscription.id, period_of(subscription)))
+    return row.used if row is not None else 0
+
+
+@dataclass(frozen=True)
+class PeriodUsage:
+    """One subscription's calls in its current period: included ones used, and metered ones."""
+
+    included_used: int
+    metered_calls: int
+    metered_amount: int  # minor units of the metered prices' currency, as recorded per call
+
+
+async def period_usage(session: AsyncSession, subscription: Subscription) -> PeriodUsage:
+    period = period_of(subscription)
+    metered = await session.exec(
+        select(func.count(), func.coalesce(func.sum(UsageRecord.unit_amount), 0)).where(
+            col(UsageRecord.subscription_id) == subscription.id,
+            col(UsageRecord.period) == period,
+            col(UsageRecord.funding) == FUNDED_BY_METER,
+        )
+    )
+    calls, amount = metered.one()
+    return PeriodUsage(await included_used(session, subscription), int(calls or 0), int(amount or 0))

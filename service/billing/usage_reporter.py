@@ -1,0 +1,212 @@
+"""Sends recorded metered calls to Stripe as meter events, and checks Stripe counted what we did.
+
+Each metered call's usage row was written in the transaction that let the call run. This job
+reads unreported rows in batches (no transaction held while Stripe is called), sends one meter
+event per row with the row's id as Stripe's `identifier`, then marks the sent rows reported.
+A crash after sending and before marking sends the same identifiers again on the next run, and
+Stripe counts an identifier once (and the idempotency key, derived from it, replays the first
+answer), so a call is never billed twice. A failed send is retried later, backing off per row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import stripe
+from sqlalchemy import func, update
+from sqlmodel import col, select
+
+from service.billing.leases import HeldLease, LeaseLost
+from service.billing.plans import PlanCatalog
+from service.billing.stripe_gateway import MeterEvent, StripeGateway
+from service.billing.usage import FUNDED_BY_METER
+from service.billing.usage_models import UsageRecord
+from service.db.engine import SessionFactory
+from service.db.metadata import utcnow
+
+logger = logging.getLogger(__name__)
+
+LEASE_NAME = "usage-report"
+LEASE_TTL = timedelta(minutes=5)
+BATCH_SIZE = 100
+SEND_CONCURRENCY = 8
+FIRST_RETRY = timedelta(seconds=30)
+LONGEST_RETRY = timedelta(hours=1)
+# Stripe refuses events more than 35 days old: an older call is reported as of this long ago.
+OLDEST_TIMESTAMP = timedelta(days=34)
+
+
+@dataclass
+class UsageReport:
+    ran: bool = True
+    sent: int = 0
+    failed: int = 0
+    lease_lost: bool = False
+
+
+@dataclass(frozen=True)
+class UsageMismatch:
+    """Stripe's meter and our rows disagree about a customer's calls of one tool in a window."""
+
+    customer_id: str
+    tool: str
+    ours: int
+    stripes: int
+
+
+@dataclass
+class _Outcome:
+    sent: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def retry_delay(attempts: int) -> timedelta:
+    """30 s after the first failure, doubling up to an hour."""
+    delay: timedelta = min(FIRST_RETRY * (2 ** max(0, attempts - 1)), LONGEST_RETRY)
+    return delay
+
+
+class UsageReporter:
+    def __init__(
+        self,
+        sessions: SessionFactory,
+        gateway: StripeGateway,
+        catalog: PlanCatalog,
+        *,
+        holder: str,
+        batch_size: int = BATCH_SIZE,
+        lease_ttl: timedelta = LEASE_TTL,
+    ) -> None:
+        self._sessions = sessions
+        self._gateway = gateway
+        self._catalog = catalog
+        self._batch_size = batch_size
+        self._lease = HeldLease(sessions, LEASE_NAME, holder, lease_ttl)
+
+    async def run(self) -> UsageReport:
+        """Report every due row, a batch at a time, under the lease (one replica at a time)."""
+        report = UsageReport()
+        if not await self._lease.acquire():
+            return UsageReport(ran=False)
+        try:
+            while True:
+                rows = await self.due()
+                if not rows:
+                    break
+                outcome = await self.send(rows)
+                await self.mark(outcome)
+                report.sent += len(outcome.sent)
+                report.failed += len(outcome.failed)
+                if outcome.failed and not outcome.sent:
+                    break  # Stripe refuses everything now: the backoff decides when to try again
+                await self._lease.keep()
+        except LeaseLost:
+            report.lease_lost = True
+            logger.warning("usage reporting stopped: its lease expired and another process holds it")
+        finally:
+            await self._lease.release()
+        if report.sent or report.failed:
+            logger.info("usage reporting: %s", report)
+        return report
+
+    async def due(self) -> list[UsageRecord]:
+        """The next batch of metered rows not yet reported whose retry time has come, oldest first."""
+        async with self._sessions() as session:
+            rows = await session.exec(
+                select(UsageRecord)
+                .where(
+                    col(UsageRecord.funding) == FUNDED_BY_METER,
+                    col(UsageRecord.reported_at).is_(None),
+                    col(UsageRecord.next_report_at) <= utcnow(),
+                )
+                .order_by(col(UsageRecord.next_report_at), col(UsageRecord.id))
+                .limit(self._batch_size)
+            )
+            return list(rows.all())
+
+    async def send(self, rows: Sequence[UsageRecord]) -> _Outcome:
+        """One meter event per row, a few at a time; which were accepted and why others were not."""
+        outcome = _Outcome()
+        limit = asyncio.Semaphore(SEND_CONCURRENCY)
+        oldest = int((utcnow() - OLDEST_TIMESTAMP).timestamp())
+
+        async def one(row: UsageRecord) -> None:
+            if row.event_name is None or row.customer_id is None:
+                outcome.failed[row.id] = "the usage row names no meter or customer"
+                return
+            event = MeterEvent(
+                event_name=row.event_name,
+                customer_id=row.customer_id,
+                identifier=row.id,
+                timestamp=max(int(row.created_at.timestamp()), oldest),
+            )
+            async with limit:
+                try:
+                    await self._gateway.send_meter_event(event)
+                except stripe.InvalidRequestError as exc:
+                    if exc.param == "identifier":
+                        outcome.sent.append(row.id)  # Stripe has it already: sent before a crash
+                        return
+                    outcome.failed[row.id] = f"{type(exc).__name__}: {exc.user_message or exc}"[:500]
+                    return
+                except (stripe.StripeError, OSError) as exc:
+                    outcome.failed[row.id] = f"{type(exc).__name__}: {exc}"[:500]
+                    return
+            outcome.sent.append(row.id)
+
+        await asyncio.gather(*(one(row) for row in rows))
+        return outcome
+
+    async def mark(self, outcome: _Outcome) -> None:
+        """Record what `send` found: sent rows reported, failed ones due again after a backoff."""
+        now = utcnow()
+        async with self._sessions() as session, session.begin():
+            if outcome.sent:
+                await session.exec(
+                    update(UsageRecord)
+                    .where(col(UsageRecord.id).in_(outcome.sent), col(UsageRecord.reported_at).is_(None))
+                    .values(reported_at=now, last_error=None)
+                )
+            for usage_id, error in outcome.failed.items():
+                row = await session.get(UsageRecord, usage_id, with_for_update=True)
+                if row is None or row.reported_at is not None:
+                    continue
+                row.report_attempts += 1
+                row.next_report_at = now + retry_delay(row.report_attempts)
+                row.last_error = error
+                session.add(row)
+        for usage_id, error in outcome.failed.items():
+            logger.warning("meter event for usage %s not accepted, will retry: %s", usage_id, error)
+
+    async def compare(self, start: datetime, end: datetime) -> list[UsageMismatch]:
+        """Our reported metered calls against Stripe's meter event summaries, per customer and tool,
+        for calls made in [start, end), widened to whole minutes (Stripe sums by the minute)."""
+        start_minute = int(start.timestamp()) // 60 * 60
+        end_minute = -(-int(end.timestamp()) // 60) * 60
+        start = datetime.fromtimestamp(start_minute, UTC)
+        end = datetime.fromtimestamp(end_minute, UTC)
+        async with self._sessions() as session:
+            counted = await session.exec(
+                select(UsageRecord.customer_id, UsageRecord.tool, func.count())
+                .where(
+                    col(UsageRecord.funding) == FUNDED_BY_METER,
+                    col(UsageRecord.reported_at).is_not(None),
+                    col(UsageRecord.created_at) >= start,
+                    col(UsageRecord.created_at) < end,
+                )
+                .group_by(col(UsageRecord.customer_id), col(UsageRecord.tool))
+            )
+            ours = {(str(customer), str(tool)): int(calls) for customer, tool, calls in counted.all()}
+        mismatches: list[UsageMismatch] = []
+        for (customer_id, tool), calls in sorted(ours.items()):
+            metered = self._catalog.metered_price(tool)
+            if metered is None:
+                continue
+            theirs = await self._gateway.meter_usage(metered, customer_id, start_minute, end_minute)
+            if theirs != calls:
+                mismatches.append(UsageMismatch(customer_id, tool, calls, theirs))
+        return mismatches

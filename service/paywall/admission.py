@@ -1,0 +1,164 @@
+"""Whether a paid call may run, and recording how it is paid, in one transaction.
+
+An unlimited plan lets the call through from the entitlement cache, without a database round trip.
+A plan with included calls counts the call (or meters it past them, for overage `meter`); a call
+no plan covers, or past a `block` quota, spends one of the user's credits. Whatever funds the call
+is recorded in the transaction that decides it, once per call key (`call_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from service.billing.plans import PlanCatalog
+from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
+from service.db.engine import SessionFactory
+from service.paywall.entitlements import Entitlements
+from service.webhooks.group_commit import GroupCommit
+
+logger = logging.getLogger(__name__)
+
+# Two tool calls with the same session, request id, tool and arguments within this window are one
+# call retried: a stateless client that starts its request ids afresh on every connection would
+# otherwise be charged again for a retry. Beyond it, the same request is a new call.
+RETRY_WINDOW_SECONDS = 600
+
+
+def call_key(
+    *,
+    session_id: str | None,
+    request_id: str,
+    tool: str,
+    arguments: Mapping[str, Any],
+    now: float | None = None,
+) -> str:
+    """The call's identity across retries and replicas: what the client sent, not where it landed."""
+    window = int((time.time() if now is None else now) // RETRY_WINDOW_SECONDS)
+    material = json.dumps(
+        [session_id or "", request_id, tool, arguments, window],
+        sort_keys=True,
+        default=str,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    # Plans the user has for this tool whose included calls are used up this period.
+    exhausted_plan_ids: frozenset[str] = frozenset()
+
+
+ALLOWED = Verdict(allowed=True)
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    call: PaidCall
+    counted_plan_ids: tuple[str, ...]  # the user's plans for the tool that count calls
+
+
+class Admission:
+    """Decisions that write go through a group commit: calls decided while a transaction commits
+    share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
+    commit each. A lone call takes a transaction of its own, without savepoints."""
+
+    def __init__(self, sessions: SessionFactory, catalog: PlanCatalog, entitlements: Entitlements) -> None:
+        self._sessions = sessions
+        self._catalog = catalog
+        self._entitlements = entitlements
+        self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
+
+    async def admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
+        entitled = await self._entitlements.plans_of(call.user_id, fresh=fresh) & plan_ids
+        counted: list[str] = []
+        for plan_id in sorted(entitled):
+            plan = self._catalog.get(plan_id)
+            if plan is None or not plan.counts_calls:
+                return ALLOWED
+            counted.append(plan_id)
+        if not counted and not fresh and self._entitlements.known_without_credits(call.user_id):
+            return Verdict(allowed=False)
+        if await self._commits.submit(_Attempt(call, tuple(counted))):
+            return ALLOWED
+        self._entitlements.saw_without_credits(call.user_id)
+        return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
+
+    async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
+        if len(attempts) == 1:
+            return [await self._decide_alone(attempts[0])]
+        try:
+            return list(await self._decide_together(attempts))
+        except Exception:
+            # Which one failed is unknown (a deadlock with another replica, a lost connection):
+            # each alone, so only that one fails.
+            logger.info("%d paid-call decisions failed together; deciding each alone", len(attempts))
+        results: list[bool | Exception] = []
+        for attempt in attempts:
+            try:
+                results.append(await self._decide_alone(attempt))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
+    async def _decide_together(self, attempts: Sequence[_Attempt]) -> list[bool]:
+        """One transaction, each decision in a savepoint; users in one order, so two replicas'
+        batches lock their rows in the same order."""
+        order = sorted(range(len(attempts)), key=lambda index: (attempts[index].call.user_id, index))
+        results = [False] * len(attempts)
+        async with self._sessions() as session, session.begin():
+            for index in order:
+                attempt = attempts[index]
+                if attempt.counted_plan_ids:
+                    try:
+                        async with session.begin_nested():
+                            results[index] = await self._plan_call(session, attempt)
+                    except Refused:
+                        pass
+                    if results[index]:
+                        continue
+                try:
+                    async with session.begin_nested():
+                        await spend_credit(session, attempt.call)
+                    results[index] = True
+                except Refused:
+                    pass
+        return results
+
+    async def _decide_alone(self, attempt: _Attempt) -> bool:
+        """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
+        if attempt.counted_plan_ids:
+            try:
+                async with self._sessions() as session, session.begin():
+                    if await self._plan_call(session, attempt):
+                        return True
+            except Refused:
+                pass
+        try:
+            async with self._sessions() as session, session.begin():
+                await spend_credit(session, attempt.call)
+            return True
+        except Refused:
+            return False
+
+    async def _plan_call(self, session: AsyncSession, attempt: _Attempt) -> bool:
+        """Count (or meter) the call under the user's subscription to one of its counting plans;
+        False when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
+        call = attempt.call
+        subscription = await entitling_subscription(
+            session, call.user_id, attempt.counted_plan_ids, grace=self._entitlements.grace
+        )
+        plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
+        if subscription is None or plan is None:
+            return False
+        await record_plan_call(session, call, subscription, plan, self._catalog.metered_price(call.tool))
+        return True

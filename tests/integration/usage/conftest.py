@@ -1,0 +1,51 @@
+"""A migrated database on SQLite and on PostgreSQL for each usage test, with one user in it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.db.engine import SessionFactory, create_engine, create_session_factory
+from service.identity import service as identity
+from tests.support.databases import DatabaseTemplates
+from tests.support.service import cheap_password_hashing
+
+
+@dataclass
+class Ledger:
+    engine: AsyncEngine
+    sessions: SessionFactory
+    user_id: str
+
+    async def add_user(self, username: str) -> str:
+        passwords = cheap_password_hashing()
+        try:
+            async with self.sessions() as session, session.begin():
+                user = await identity.create_user(session, username, "correct horse battery", passwords)
+        finally:
+            passwords.close()
+        return user.id
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def ledger(
+    request: pytest.FixtureRequest, tmp_path: Path, db_templates: DatabaseTemplates
+) -> AsyncIterator[Ledger]:
+    if request.param == "postgres":
+        templates: DatabaseTemplates = request.getfixturevalue("pg_templates")
+    elif db_templates.backend == "sqlite":
+        templates = db_templates
+    else:
+        pytest.skip("TEST_DATABASE=postgres: the SQLite case runs in the default suite")
+    engine = create_engine(templates.fresh_url(tmp_path))
+    sessions = create_session_factory(engine)
+    made = Ledger(engine, sessions, "")
+    made.user_id = await made.add_user("ada")
+    try:
+        yield made
+    finally:
+        await engine.dispose()

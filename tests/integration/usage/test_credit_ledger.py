@@ -1,0 +1,106 @@
+"""The credit ledger: grants once per purchase, spends atomically and once per call, takes back unspent."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlmodel import col, select
+
+from service.billing.plans import CreditPack
+from service.billing.usage import (
+    FUNDED_BY_CREDIT,
+    PaidCall,
+    Refused,
+    credit_balance,
+    grant_credits,
+    ledger_sum,
+    spend_credit,
+    take_back_purchase,
+)
+from service.billing.usage_models import CreditEntry, UsageRecord
+from tests.integration.usage.conftest import Ledger
+
+PACK_OF_50 = CreditPack(
+    id="calls_50", name="50 calls", lookup_key="k50", credits=50, amount=250, currency="usd"
+)
+
+
+async def grant(ledger: Ledger, user_id: str, source: str, payment_intent: str | None = None) -> bool:
+    async with ledger.sessions() as session, session.begin():
+        return await grant_credits(
+            session, user_id, PACK_OF_50, source=source, payment_intent_id=payment_intent
+        )
+
+
+async def spend(ledger: Ledger, user_id: str, key: str) -> bool:
+    try:
+        async with ledger.sessions() as session, session.begin():
+            decision = await spend_credit(
+                session, PaidCall(user_id=user_id, tool="sql_explain", call_key=key)
+            )
+    except Refused:
+        return False
+    return decision.allowed
+
+
+async def balance(ledger: Ledger, user_id: str) -> tuple[int, int]:
+    async with ledger.sessions() as session:
+        return await credit_balance(session, user_id), await ledger_sum(session, user_id)
+
+
+async def test_a_purchase_is_granted_once_per_checkout(ledger: Ledger) -> None:
+    assert await grant(ledger, ledger.user_id, "checkout:cs_1")
+    assert not await grant(ledger, ledger.user_id, "checkout:cs_1"), "a second delivery adds nothing"
+    assert await balance(ledger, ledger.user_id) == (50, 50)
+
+
+async def test_100_parallel_calls_with_50_credits_run_exactly_50(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1")
+    results = await asyncio.gather(*(spend(ledger, ledger.user_id, f"call-{n}") for n in range(100)))
+    assert results.count(True) == 50
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+    async with ledger.sessions() as session:
+        spent = (
+            await session.exec(select(UsageRecord).where(col(UsageRecord.funding) == FUNDED_BY_CREDIT))
+        ).all()
+    assert len(spent) == 50, "a refused call leaves no usage row behind"
+
+
+async def test_a_retried_call_is_paid_once(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1")
+    retries = await asyncio.gather(*(spend(ledger, ledger.user_id, "the-same-call") for _ in range(10)))
+    assert all(retries)
+    assert await balance(ledger, ledger.user_id) == (49, 49)
+
+
+async def test_no_credits_refuses_and_other_users_credits_do_not_count(ledger: Ledger) -> None:
+    other = await ledger.add_user("bob")
+    await grant(ledger, other, "checkout:cs_bob")
+    assert not await spend(ledger, ledger.user_id, "call-1")
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+    assert await balance(ledger, other) == (50, 50)
+
+
+async def test_a_refund_takes_back_only_the_unspent_credits_once(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    for n in range(30):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    async with ledger.sessions() as session, session.begin():
+        assert await take_back_purchase(session, "pi_1") == (ledger.user_id, 20)
+    async with ledger.sessions() as session, session.begin():
+        assert await take_back_purchase(session, "pi_1") is None, (
+            "a dispute after the refund takes nothing more"
+        )
+        assert await take_back_purchase(session, "pi_unknown") is None
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+    async with ledger.sessions() as session:
+        reasons = (await session.exec(select(CreditEntry.reason).order_by(col(CreditEntry.id)))).all()
+    assert reasons[0] == "purchase" and reasons[-1] == "reversal" and reasons.count("spend") == 30
+
+
+async def test_a_refund_never_takes_credits_of_another_purchase(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    await grant(ledger, ledger.user_id, "checkout:cs_2", payment_intent="pi_2")
+    async with ledger.sessions() as session, session.begin():
+        assert await take_back_purchase(session, "pi_1") == (ledger.user_id, 50)
+    assert await balance(ledger, ledger.user_id) == (50, 50)
