@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import getpass
 import json
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP service (uvicorn)")
     serve.add_argument("--host", help="bind address (default: HOST setting)")
     serve.add_argument("--port", type=int, help="port (default: PORT setting)")
+    serve.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited, already-bound TCP socket; its address replaces HOST and PORT",
+    )
 
     commands.add_parser("migrate", help="upgrade the database to the latest migration")
 
@@ -107,7 +113,26 @@ def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[i
     return asyncio.run(run())
 
 
-def _serve(settings: Settings, host: str | None, port: int | None) -> int:
+def _serve(settings: Settings, host: str | None, port: int | None, fd: int | None = None) -> int:
+    from service.web.inherited_socket import InheritedSocketError, inherited_listener
+
+    if fd is None:
+        return _serve_on(settings, host, port, None)
+    if host is not None or port is not None:
+        print("configuration error: --fd replaces --host and --port", file=sys.stderr)
+        return 2
+    try:
+        listener = inherited_listener(fd)
+    except InheritedSocketError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    with listener:
+        host, port = listener.getsockname()[:2]
+        return _serve_on(settings, host, port, listener)
+
+
+def _serve_on(settings: Settings, host: str | None, port: int | None, listener: socket.socket | None) -> int:
+    """Serves on `listener`, or binds `host` and `port` (each defaulting to its setting) without one."""
     import uvicorn
     from opentelemetry import trace
 
@@ -158,7 +183,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
             flush()
         stop_logging()
 
-    DrainingServer(config, app, after_shutdown=after_shutdown).run()
+    DrainingServer(config, app, after_shutdown=after_shutdown).run(None if listener is None else [listener])
     return 0
 
 
@@ -214,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     if args.command == "serve":
-        return _serve(settings, args.host, args.port)
+        return _serve(settings, args.host, args.port, args.fd)
     if args.command == "stripe":
         return _stripe(settings, args)
     if args.command == "migrate":
