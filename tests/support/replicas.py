@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import stripe
 
+from tests.support.polling import until
 from tests.support.servers import bound_socket, port_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -79,18 +80,17 @@ class Replica:
             # The child serves on its own copy. Closing this one lets the port refuse connections
             # once the child exits, as a dead node's would, instead of queueing them here.
             self.listener.close()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + STARTUP_SECONDS
+        process = self.process
         async with httpx.AsyncClient(timeout=1.0) as http:
-            while True:
-                assert self.process.returncode is None, f"replica {self.name} exited during start-up"
+
+            async def ready() -> bool:
+                assert process.returncode is None, f"replica {self.name} exited during start-up"
                 try:
-                    if (await http.get(f"{self.base_url}/readyz")).status_code == 200:
-                        return
+                    return (await http.get(f"{self.base_url}/readyz")).status_code == 200
                 except httpx.TransportError:
-                    pass
-                assert loop.time() < deadline, f"replica {self.name} did not become ready"
-                await asyncio.sleep(0.05)  # polling readiness, bounded by the deadline
+                    return False
+
+            await until(ready, f"replica {self.name} ready", STARTUP_SECONDS)
 
     async def kill(self) -> None:
         """SIGKILL: no graceful anything, as when a node dies."""
