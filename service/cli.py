@@ -96,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     sandbox.add_argument("--port", type=int, default=8001)
     sandbox.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited, already-bound TCP socket instead of --host and --port",
+    )
+    sandbox.add_argument(
         "--webhook-url", action="append", default=[], help="endpoint to deliver events to (repeatable)"
     )
     return parser
@@ -189,7 +194,7 @@ def _serve_on(settings: Settings, host: str | None, port: int | None, listener: 
 
 def _stripe(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "sandbox":
-        return cli_stripe.serve_sandbox(settings, args.host, args.port, args.webhook_url)
+        return cli_stripe.serve_sandbox(settings, args.host, args.port, args.webhook_url, args.fd)
     try:
         if args.action == "sync-plans":
             return asyncio.run(cli_stripe.sync_plans(settings))
