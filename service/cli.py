@@ -7,6 +7,7 @@ import asyncio
 import getpass
 import json
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -36,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP service (uvicorn)")
     serve.add_argument("--host", help="bind address (default: HOST setting)")
     serve.add_argument("--port", type=int, help="port (default: PORT setting)")
+    serve.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited, already-bound TCP socket; its address replaces HOST and PORT",
+    )
 
     commands.add_parser("migrate", help="upgrade the database to the latest migration")
 
@@ -97,6 +103,11 @@ def _parser() -> argparse.ArgumentParser:
     sandbox.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)")
     sandbox.add_argument("--port", type=int, default=8001)
     sandbox.add_argument(
+        "--fd",
+        type=int,
+        help="serve on this inherited, already-bound TCP socket instead of --host and --port",
+    )
+    sandbox.add_argument(
         "--webhook-url", action="append", default=[], help="endpoint to deliver events to (repeatable)"
     )
     return parser
@@ -114,9 +125,42 @@ def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[i
     return asyncio.run(run())
 
 
-def _serve(settings: Settings, host: str | None, port: int | None, *, keep_alive_seconds: int = 5) -> int:
-    """`serve`: logging, tracing and the app as deployed. `keep_alive_seconds` is uvicorn's idle
-    keep-alive timeout (its default; the bench keeps connections idle longer between its turns)."""
+def _serve(
+    settings: Settings,
+    host: str | None,
+    port: int | None,
+    fd: int | None = None,
+    *,
+    keep_alive_seconds: int = 5,
+) -> int:
+    """`serve`: logging, tracing and the app as deployed, on an inherited socket `fd` or on `host`
+    and `port`. `keep_alive_seconds` is uvicorn's idle keep-alive timeout (its default; the bench
+    keeps connections idle longer between its turns)."""
+    from service.web.inherited_socket import InheritedSocketError, inherited_listener
+
+    if fd is None:
+        return _serve_on(settings, host, port, None, keep_alive_seconds)
+    if host is not None or port is not None:
+        print("configuration error: --fd replaces --host and --port", file=sys.stderr)
+        return 2
+    try:
+        listener = inherited_listener(fd)
+    except InheritedSocketError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    with listener:
+        host, port = listener.getsockname()[:2]
+        return _serve_on(settings, host, port, listener, keep_alive_seconds)
+
+
+def _serve_on(
+    settings: Settings,
+    host: str | None,
+    port: int | None,
+    listener: socket.socket | None,
+    keep_alive_seconds: int,
+) -> int:
+    """Serves on `listener`, or binds `host` and `port` (each defaulting to its setting) without one."""
     import uvicorn
     from opentelemetry import trace
 
@@ -160,13 +204,15 @@ def _serve(settings: Settings, host: str | None, port: int | None, *, keep_alive
         timeout_keep_alive=keep_alive_seconds,
         timeout_graceful_shutdown=25,
     )
-    DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run()
+    DrainingServer(config, app, after_shutdown=flush_spans(tracing) if tracing is not None else None).run(
+        None if listener is None else [listener]
+    )
     return 0
 
 
 def _stripe(settings: Settings, args: argparse.Namespace) -> int:
     if args.action == "sandbox":
-        return cli_stripe.serve_sandbox(settings, args.host, args.port, args.webhook_url)
+        return cli_stripe.serve_sandbox(settings, args.host, args.port, args.webhook_url, args.fd)
     try:
         if args.action == "sync-plans":
             return asyncio.run(cli_stripe.sync_plans(settings))
@@ -218,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     if args.command == "serve":
-        return _serve(settings, args.host, args.port)
+        return _serve(settings, args.host, args.port, args.fd)
     if args.command == "stripe":
         return _stripe(settings, args)
     if args.command == "migrate":

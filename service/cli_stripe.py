@@ -204,12 +204,26 @@ async def replay_events(settings: Settings, since: datetime, *, as_json: bool = 
     return 0
 
 
-def serve_sandbox(settings: Settings, host: str, port: int, webhook_urls: list[str]) -> int:
-    """The sandbox as its own process: one "Stripe" for any number of service replicas."""
+def serve_sandbox(
+    settings: Settings, host: str, port: int, webhook_urls: list[str], fd: int | None = None
+) -> int:
+    """The sandbox as its own process: one "Stripe" for any number of service replicas.
+
+    With `fd`, on that inherited bound socket, whose port replaces `host` and `port`.
+    """
     import uvicorn
 
     from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+    from service.web.inherited_socket import InheritedSocketError, inherited_listener
 
+    listener = None
+    if fd is not None:
+        try:
+            listener = inherited_listener(fd)
+        except InheritedSocketError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
+        host, port = listener.getsockname()[:2]
     configure_logging(settings.log_level)
     secret = settings.stripe_webhook_secret[0]
     app = create_sandbox_app(
@@ -224,7 +238,12 @@ def serve_sandbox(settings: Settings, host: str, port: int, webhook_urls: list[s
             rate_limit=settings.stripe_sandbox_rate_limit,
         )
     )
-    uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
+    if listener is None:
+        uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
+        return 0
+    config = uvicorn.Config(app, host=host, port=port, log_level=settings.log_level.lower())
+    with listener:
+        uvicorn.Server(config).run(sockets=[listener])
     return 0
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,14 +59,23 @@ class FormOnlySession(ClientSession):
         )
 
 
+@asynccontextmanager
+async def bearer_transport(
+    mcp_url: str, token: str, http_timeout: httpx2.Timeout | float = 30.0
+) -> AsyncIterator[Any]:
+    """Streamable HTTP with a bearer token, closing its HTTP client: the SDK leaves a given one open."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=http_timeout) as http,
+        streamable_http_client(mcp_url, http_client=http) as streams,
+    ):
+        yield streams
+
+
 def probed_client(
     mcp_url: str, token: str, probe: ClientProbe, *, form_only: bool = False, **kwargs: Any
 ) -> Client:
-    http = httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=300)
-    )
     client = Client(
-        streamable_http_client(mcp_url, http_client=http),
+        bearer_transport(mcp_url, token, httpx2.Timeout(30, read=300)),
         elicitation_callback=probe.elicitation_callback,
         message_handler=probe.message_handler,
         **kwargs,

@@ -6,13 +6,17 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import stripe
+
+from tests.support.polling import until
+from tests.support.servers import bound_socket, port_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 60.0
@@ -20,12 +24,18 @@ STARTUP_SECONDS = 60.0
 
 @dataclass
 class Replica:
+    """`python -m service serve` on `listener`, a socket the test bound: no other process takes its port."""
+
     name: str
-    port: int
+    listener: socket.socket
     env: dict[str, str]
     stripe_client: stripe.StripeClient
     log_path: Path | None = None
     process: asyncio.subprocess.Process | None = None
+    port: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.port = port_of(self.listener)
 
     @property
     def base_url(self) -> str:
@@ -46,37 +56,45 @@ class Replica:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
     async def start(self) -> None:
+        if self.listener.fileno() == -1:  # a restart: the previous process took the socket with it
+            self.listener = bound_socket(self.port)
         log = self.log_path.open("ab") if self.log_path else asyncio.subprocess.DEVNULL
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "service",
-            "serve",
-            "--port",
-            str(self.port),
-            cwd=REPO_ROOT,
-            env={**os.environ, **self.env},
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-        )
-        if not isinstance(log, int):
-            log.close()  # the child keeps its own descriptor
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + STARTUP_SECONDS
+        try:
+            self.process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "service",
+                "serve",
+                "--fd",
+                str(self.listener.fileno()),
+                pass_fds=(self.listener.fileno(),),
+                cwd=REPO_ROOT,
+                env={**os.environ, **self.env},
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        finally:
+            if not isinstance(log, int):
+                log.close()  # the child keeps its own descriptor
+            # The child serves on its own copy. Closing this one lets the port refuse connections
+            # once the child exits, as a dead node's would, instead of queueing them here.
+            self.listener.close()
+        process = self.process
         async with httpx.AsyncClient(timeout=1.0) as http:
-            while True:
-                assert self.process.returncode is None, f"replica {self.name} exited during start-up"
+
+            async def ready() -> bool:
+                assert process.returncode is None, f"replica {self.name} exited during start-up"
                 try:
-                    if (await http.get(f"{self.base_url}/readyz")).status_code == 200:
-                        return
+                    return (await http.get(f"{self.base_url}/readyz")).status_code == 200
                 except httpx.TransportError:
-                    pass
-                assert loop.time() < deadline, f"replica {self.name} did not become ready"
-                await asyncio.sleep(0.05)  # polling readiness, bounded by the deadline
+                    return False
+
+            await until(ready, f"replica {self.name} ready", STARTUP_SECONDS)
 
     async def kill(self) -> None:
         """SIGKILL: no graceful anything, as when a node dies."""
+        self.listener.close()  # a replica never started still holds the socket the test bound
         if self.process is not None and self.process.returncode is None:
             self.process.send_signal(signal.SIGKILL)
             await self.process.wait()

@@ -10,11 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import httpx
-import httpx2
 import stripe
 from fastapi import FastAPI
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from service.app import create_app
 from service.identity import service as identity
@@ -23,6 +21,7 @@ from service.identity.passwords import PasswordHashing
 from service.runtime import Runtime
 from service.settings import Settings
 from service.stripe_sandbox import Sandbox
+from tests.support.mcp_clients import bearer_transport
 from tests.support.servers import bound_socket, port_of, serve
 
 DEFAULT_PASSWORD = "correct horse battery"
@@ -112,8 +111,7 @@ class RunningService:
         return httpx.AsyncClient(base_url=self.base_url, timeout=10.0, **kwargs)
 
     def mcp_client(self, token: str, **kwargs: Any) -> Client:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
-        return Client(streamable_http_client(self.mcp_url, http_client=http), **kwargs)
+        return Client(bearer_transport(self.mcp_url, token), **kwargs)
 
 
 @asynccontextmanager

@@ -10,7 +10,8 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from tests.integration.stripe_sandbox.conftest import Env, Receiver, free_port, sandbox_env, serve
+from tests.integration.stripe_sandbox.conftest import Env, Receiver, sandbox_env
+from tests.support.servers import bound_socket, serve
 
 
 async def _landing(request: Request) -> HTMLResponse:
@@ -21,7 +22,7 @@ async def _landing(request: Request) -> HTMLResponse:
 async def shop() -> AsyncIterator[str]:
     """Where success/cancel/return URLs point, so the browser really lands somewhere."""
     app = Starlette(routes=[Route("/{page}", _landing)])
-    async with serve(app, free_port()) as base:
+    async with serve(app, bound_socket()) as base:
         yield base
 
 

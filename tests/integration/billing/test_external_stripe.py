@@ -122,9 +122,9 @@ def test_sync_plans_reports_a_wrong_key(tmp_path: Path) -> None:
 
 
 async def test_the_sandbox_runs_as_its_own_process(tmp_path: Path) -> None:
-    probe = bound_socket()
-    port = port_of(probe)
-    probe.close()
+    listener = bound_socket()
+    listener.listen()  # connections wait in its backlog until the sandbox serves them
+    port = port_of(listener)
     env = {**os.environ, "STRIPE_SANDBOX_STATE_FILE": str(tmp_path / "sandbox.json")}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -132,17 +132,19 @@ async def test_the_sandbox_runs_as_its_own_process(tmp_path: Path) -> None:
         "service",
         "stripe",
         "sandbox",
-        "--port",
-        str(port),
+        "--fd",
+        str(listener.fileno()),
+        pass_fds=(listener.fileno(),),
         cwd=REPO_ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
+    listener.close()  # the sandbox serves on its own copy
     try:
         assert process.stdout is not None
         async with asyncio.timeout(30):
-            while b"Uvicorn running" not in (line := await process.stdout.readline()):
+            while b"Application startup complete" not in (line := await process.stdout.readline()):
                 assert line, "the sandbox process exited before serving"
         sync = await asyncio.create_subprocess_exec(
             sys.executable,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit.models import AuditEvent
 from service.audit.service import AuditKind, record
+from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 
 # argon2-cffi's defaults, as in production: a check takes long enough that concurrent sign-ins overlap.
@@ -45,14 +46,6 @@ async def post_login(
 async def audit_details(service: RunningService, kind: AuditKind) -> list[tuple[str | None, dict[str, Any]]]:
     rows = await service.rows(AuditEvent, kind=kind.value)
     return [(row.user_id, json.loads(row.detail)) for row in rows]
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Yields to the service (it runs in this event loop) until `condition` holds."""
-    async with asyncio.timeout(20):
-        while not condition():  # noqa: ASYNC110 - a counter of the service's, nothing to await
-            await asyncio.sleep(0.001)
-    assert condition(), what
 
 
 async def test_a_flood_beyond_the_hashing_queue_is_refused_with_retry_after(database_url: str) -> None:
@@ -105,7 +98,11 @@ async def test_the_password_check_holds_no_database_connection(database_url: str
             async with service.http() as http:
                 fields = await login_form(http)
                 login = asyncio.create_task(post_login(http, fields, "patient", DEFAULT_PASSWORD))
-                await until(lambda: passwords.computing > 0, "the sign-in reached the password check")
+
+                async def hashing() -> bool:
+                    return passwords.computing > 0
+
+                await until(hashing, "the sign-in reached the password check")
                 # Same event-loop tick as the observation above: the check is under way right now.
                 assert not [task for task in holders.values() if runs_login(task)]
                 # Meanwhile everything else still gets the database: a write commits.

@@ -19,10 +19,10 @@ from mcp.client.streamable_http import streamable_http_client
 
 from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
-from tests.integration.replicas.conftest import free_port
 from tests.support.databases import DatabaseTemplates
 from tests.support.polling import until
 from tests.support.replicas import Replica
+from tests.support.servers import bound_socket, port_of
 from tests.support.service import cheap_password_hashing
 
 CALLS = 4
@@ -67,10 +67,11 @@ async def test_sigterm_lets_in_flight_legacy_sse_calls_finish(
     database_url = db_templates.fresh_url(tmp_path)
     gate = tmp_path / "gate"
     gate.mkdir()
-    port = free_port()
+    listener = bound_socket()
+    port = port_of(listener)
     replica = Replica(
         "terminated",
-        port,
+        listener,
         {
             "DATABASE_URL": database_url,
             "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",

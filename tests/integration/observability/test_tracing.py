@@ -21,7 +21,6 @@ from starlette.routing import Route
 from service.app import create_app
 from service.observability.tracing import TRACER_NAME, tracer_provider
 from tests.integration.observability.observed import captured_logs, json_lines
-from tests.integration.replicas.conftest import free_port
 from tests.support.databases import DatabaseTemplates
 from tests.support.replicas import Replica
 from tests.support.servers import bound_socket, port_of, serve
@@ -118,10 +117,11 @@ async def test_serve_traces_when_the_endpoint_is_set(db_templates: DatabaseTempl
     """`python -m service serve` with OTEL_EXPORTER_OTLP_ENDPOINT: spans reach the collector by exit."""
     collector = Collector()
     async with serve(collector.app, bound_socket(), lifespan="off") as collector_url:
-        port = free_port()
+        listener = bound_socket()
+        port = port_of(listener)
         replica = Replica(
             "traced",
-            port,
+            listener,
             {
                 "DATABASE_URL": db_templates.fresh_url(tmp_path),
                 "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",

@@ -30,14 +30,6 @@ class Cluster:
     database_url: str
 
 
-def free_port() -> int:
-    sock = bound_socket()
-    try:
-        return port_of(sock)
-    finally:
-        sock.close()
-
-
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
     report = yield
@@ -54,7 +46,8 @@ async def cluster(
     pg_templates: DatabaseTemplates, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Cluster]:
     database_url = pg_templates.fresh_url(tmp_path)
-    ports = {name: free_port() for name in "abc"}
+    listeners = {name: bound_socket() for name in "abc"}
+    ports = {name: port_of(listener) for name, listener in listeners.items()}
     stripe_socket = bound_socket()
     stripe_base = f"http://127.0.0.1:{port_of(stripe_socket)}"
     sandbox_app = create_sandbox_app(
@@ -83,12 +76,12 @@ async def cluster(
     made = [
         Replica(
             name,
-            port,
+            listener,
             {**env, "LOG_LEVEL": "INFO"},
             gateway.client,
             log_path=tmp_path / f"replica-{name}.log",
         )
-        for name, port in ports.items()
+        for name, listener in listeners.items()
     ]
     try:
         async with serve(sandbox_app, stripe_socket):

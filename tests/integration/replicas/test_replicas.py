@@ -18,6 +18,7 @@ from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
+from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, cheap_password_hashing
 
 from .conftest import Cluster
@@ -105,17 +106,14 @@ async def stripe_event_table_locked(
 
 
 async def wait_for_lock_waiter(connection: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while True:
+    async def waiting() -> bool:
         cursor = await connection.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
         )
         row = await cursor.fetchone()
-        if row and int(row[0]) > 0:  # type: ignore[call-overload]
-            return
-        assert loop.time() < deadline, "no webhook transaction ever waited on the lock"
-        await asyncio.sleep(0.05)  # polling PostgreSQL's view of waiting backends, bounded
+        return bool(row and int(row[0]) > 0)  # type: ignore[call-overload]
+
+    await until(waiting, "a webhook transaction waited on the lock", 20)
 
 
 async def test_b_killed_mid_webhook_then_stripes_retry_applies_it_once(cluster: Cluster) -> None:

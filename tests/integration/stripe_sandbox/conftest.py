@@ -1,14 +1,14 @@
 """Fixtures: a real sandbox behind uvicorn, a real webhook receiver, and a StripeClient.
 
-Everything talks real HTTP on 127.0.0.1 with free ports. Servers run as tasks on the test's event
-loop, so tests can await sandbox helpers (e.g. `deliver_pending`) directly.
+Everything talks real HTTP on 127.0.0.1, on sockets bound before the servers start. Servers run
+as tasks on the test's event loop, so tests can await sandbox helpers (e.g. `deliver_pending`)
+directly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -17,49 +17,18 @@ from typing import Any
 
 import pytest
 import stripe
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
+from tests.support.servers import bound_socket, port_of, serve
 
 API_KEY = "sk_test_sandbox"
 WEBHOOK_SECRET = "whsec_test_receiver_secret"
 # Stripe's example objects from stripe/openapi (MIT, see tests/fixtures/stripe/LICENSE).
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "stripe" / "fixtures3.json"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@asynccontextmanager
-async def serve(app: ASGIApp, port: int) -> AsyncIterator[str]:
-    """uvicorn on 127.0.0.1:port for the block; yields the base URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2
-        )
-    )
-    task = asyncio.create_task(server.serve())
-    for _ in range(500):  # bounded readiness poll, at most ~5 s
-        if server.started or task.done():
-            break
-        await asyncio.sleep(0.01)
-    if not server.started:
-        server.should_exit = True
-        await task
-        raise RuntimeError(f"uvicorn did not start on port {port}")
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, 10)
 
 
 @dataclass
@@ -144,9 +113,10 @@ async def stripe_client(base_url: str, api_key: str = API_KEY) -> AsyncIterator[
 
 @asynccontextmanager
 async def sandbox_env(receiver: Receiver, **config: Any) -> AsyncIterator[Env]:
-    async with serve(receiver.app(), free_port()) as receiver_base:
+    async with serve(receiver.app(), bound_socket()) as receiver_base:
         receiver.url = f"{receiver_base}/webhooks/stripe"
-        port = free_port()
+        sock = bound_socket()
+        port = port_of(sock)
         sandbox_config = SandboxConfig(
             api_key=API_KEY,
             public_base_url=f"http://127.0.0.1:{port}",
@@ -156,7 +126,7 @@ async def sandbox_env(receiver: Receiver, **config: Any) -> AsyncIterator[Env]:
             **config,
         )
         app = create_sandbox_app(sandbox_config)
-        async with serve(app, port) as base, stripe_client(base) as client:
+        async with serve(app, sock) as base, stripe_client(base) as client:
             yield Env(client, app.state.sandbox, base, receiver)
 
 

@@ -10,13 +10,15 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+from tests.support.servers import bound_socket, port_of, serve
 
-from .conftest import API_KEY, Receiver, free_port, serve, stripe_client
+from .conftest import API_KEY, Receiver, stripe_client
 
 
 async def test_mounted_under_prefix_with_host_lifespan(receiver: Receiver) -> None:
-    async with serve(receiver.app(), free_port()) as receiver_base:
-        port = free_port()
+    async with serve(receiver.app(), bound_socket()) as receiver_base:
+        sock = bound_socket()
+        port = port_of(sock)
         sandbox_app = create_sandbox_app(
             SandboxConfig(
                 api_key=API_KEY,
@@ -33,7 +35,7 @@ async def test_mounted_under_prefix_with_host_lifespan(receiver: Receiver) -> No
                 yield
 
         host = Starlette(routes=[Mount("/stripe-sandbox", sandbox_app)], lifespan=lifespan)
-        async with serve(host, port) as base, stripe_client(f"{base}/stripe-sandbox") as client:
+        async with serve(host, sock) as base, stripe_client(f"{base}/stripe-sandbox") as client:
             product = await client.v1.products.create_async(params={"name": "Pro"})
             price = await client.v1.prices.create_async(
                 params={
@@ -62,13 +64,12 @@ async def test_mounted_under_prefix_with_host_lifespan(receiver: Receiver) -> No
 async def test_state_persists_to_json_file(tmp_path: Path) -> None:
     path = tmp_path / "sandbox.json"
     config = SandboxConfig(api_key=API_KEY, persist_path=path)
-    port = free_port()
-    async with serve(create_sandbox_app(config), port) as base, stripe_client(base) as client:
+    async with serve(create_sandbox_app(config), bound_socket()) as base, stripe_client(base) as client:
         customer = await client.v1.customers.create_async(params={"email": "kept@example.com"})
         await client.raw_request_async("post", "/v1/test_helpers/sandbox/advance", seconds=3600)
     assert path.exists()
     restarted = create_sandbox_app(config)
     assert restarted.state.sandbox.now() >= customer.created + 3600
-    async with serve(restarted, free_port()) as base, stripe_client(base) as client:
+    async with serve(restarted, bound_socket()) as base, stripe_client(base) as client:
         again = await client.v1.customers.retrieve_async(customer.id)
         assert again.email == "kept@example.com"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import stripe
 
+from tests.support.servers import bound_socket, serve
+
 from .conftest import Env, Receiver, catalog, sandbox_env, subscribed
 
 EXPECTED_ON_CHECKOUT = {
@@ -97,9 +99,7 @@ async def test_timeouts_are_retried() -> None:
 
 async def test_webhook_endpoints_api(env: Env) -> None:
     second = Receiver(secret="unknown-until-created")
-    from .conftest import free_port, serve
-
-    async with serve(second.app(), free_port()) as base:
+    async with serve(second.app(), bound_socket()) as base:
         endpoint = await env.client.v1.webhook_endpoints.create_async(
             params={"url": f"{base}/webhooks/stripe", "enabled_events": ["customer.updated"]}
         )

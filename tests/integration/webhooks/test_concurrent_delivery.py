@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import psycopg
@@ -13,6 +12,7 @@ from service.audit.models import AuditEvent
 from service.billing.models import StripeEvent, Subscription
 from tests.integration.webhooks.test_stripe_webhook import event_body, post_webhook, signed
 from tests.support.databases import DatabaseTemplates
+from tests.support.polling import until
 from tests.support.service import RunningService, run_service
 from tests.support.subscriptions import subscribe
 
@@ -20,17 +20,16 @@ from tests.support.subscriptions import subscribe
 async def wait_until_a_writer_waits_on_a_lock(
     watcher: psycopg.AsyncConnection[tuple[object, ...]], delivery: asyncio.Task[object]
 ) -> None:
-    deadline = time.monotonic() + 30
-    while not delivery.done() and time.monotonic() < deadline:
+    async def waiting() -> bool:
+        assert not delivery.done(), "the delivery finished without waiting on the other writer's row"
         cursor = await watcher.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND wait_event_type = 'Lock'"
         )
         row = await cursor.fetchone()
-        if row is not None and row[0]:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the delivery never waited on the other writer's row")
+        return bool(row is not None and row[0])
+
+    await until(waiting, "the delivery waited on the other writer's row")
 
 
 async def test_an_event_that_loses_the_race_to_insert_its_subscription_is_applied(
@@ -73,11 +72,10 @@ async def test_an_event_that_loses_the_race_to_insert_its_subscription_is_applie
 
 
 async def wait_until_queued(service: RunningService, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while service.runtime.webhooks.queued_events < count:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{service.runtime.webhooks.queued_events} events queued, not {count}")
-        await asyncio.sleep(0.01)
+    async def queued() -> bool:
+        return service.runtime.webhooks.queued_events >= count
+
+    await until(queued, f"{count} events queued")
 
 
 def subscription_updated(service: RunningService, event_id: str, subscription_id: str) -> bytes:
