@@ -287,7 +287,13 @@ def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None
             stack.callback(setattr, http_requests, "target", None)
             mcp = app.state.runtime.mcp
             mcp_http = build_mcp_app(mcp, settings)
+            app.state.mcp_http = mcp_http  # its session ledger and stream store, for tests and probes
             mcp_http.sessions.on_end(app.state.runtime.notifier.release)
+            if mcp_http.events is not None:
+                mcp_http.sessions.on_end(mcp_http.events.forget)
+                await stack.enter_async_context(
+                    every(SESSION_EXPIRY_SECONDS, mcp_http.events.sweep, name="sse-event-expiry")
+                )
             app.state.runtime.metrics.count_legacy_sessions(mcp_http.sessions.total_open)
             await stack.enter_async_context(
                 every(SESSION_EXPIRY_SECONDS, mcp_http.sessions.expire_idle, name="legacy-session-expiry")

@@ -20,6 +20,7 @@ from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import use_single_layer_auth
 from service.mcp_server.endpoint import sdk_endpoint
+from service.mcp_server.event_store import SessionEventStore, SessionScopes
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
@@ -99,10 +100,26 @@ class McpHttp:
     app: Starlette  # every route the SDK serves: OAuth endpoints, metadata documents, `/mcp`
     endpoint: ASGIApp  # `/mcp` alone: the same authentication, without the app's shell
     sessions: LegacySessions  # who holds which legacy session, capped per user
+    events: SessionEventStore | None  # what resumable SSE streams keep; None when they are off
+
+
+def event_store(settings: Settings) -> SessionEventStore | None:
+    """The store that makes POST SSE streams resumable, when they are on and there are streams."""
+    if not settings.mcp_resumable_streams or settings.mcp_json_response:
+        return None
+    return SessionEventStore(
+        events_per_stream=settings.mcp_resumable_events_per_stream,
+        streams_per_session=settings.mcp_resumable_streams_per_session,
+        max_age_seconds=settings.mcp_resumable_seconds,
+        max_bytes=settings.mcp_resumable_max_bytes,
+    )
 
 
 def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
+    events = event_store(settings)
     app = server.streamable_http_app(
+        event_store=events,
+        retry_interval=settings.mcp_sse_retry_ms if events is not None else None,
         streamable_http_path=MCP_PATH,
         json_response=settings.mcp_json_response,
         transport_security=TransportSecuritySettings(
@@ -120,4 +137,11 @@ def build_mcp_app(server: MCPServer, settings: Settings) -> McpHttp:
     endpoint = sdk_endpoint(app, MCP_PATH)
     # Behind the SDK's authentication check: only a signed-in caller's body is parsed twice.
     endpoint.app = JsonRpcGuard(endpoint.app, max_depth=settings.max_json_depth)
-    return McpHttp(app=app, endpoint=authenticated(LegacySessionLimit(endpoint, sessions)), sessions=sessions)
+    if events is not None:
+        endpoint.app = SessionScopes(endpoint.app, events)
+    return McpHttp(
+        app=app,
+        endpoint=authenticated(LegacySessionLimit(endpoint, sessions)),
+        sessions=sessions,
+        events=events,
+    )
