@@ -119,9 +119,6 @@ class Settings(BaseSettings):
     beyond it the oldest streams go first."""
     mcp_sse_retry_ms: int = Field(default=1000, ge=0, le=600_000)
     """The `retry:` an SSE priming event carries: how long a client waits before reconnecting."""
-    mcp_otel_spans: bool = False
-    """Keep the SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
-    (`OTEL_EXPORTER_OTLP_ENDPOINT` with the `otel` extra, or one around the service)."""
 
     stripe_secret_key: SecretStr = SecretStr(SANDBOX_SECRET_KEY)
     """Stripe's secret API key; the default is the built-in sandbox's, which production refuses."""

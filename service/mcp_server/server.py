@@ -25,7 +25,6 @@ from service.mcp_server.event_store import SessionEventStore, SessionScopes
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
-from service.mcp_server.sdk_trims import check_only_declared_headers, drop_otel_spans
 from service.settings import Settings
 
 
@@ -84,9 +83,6 @@ def build_mcp_server(
         ),
         log_level=settings.log_level,
     )
-    if not settings.mcp_otel_spans:
-        drop_otel_spans(server)
-    check_only_declared_headers(server)
     register_free_tools(server, sessions)
     return server
 
