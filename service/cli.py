@@ -132,7 +132,7 @@ def _serve(settings: Settings, host: str | None, port: int | None) -> int:
     configure_logging(settings.log_level, settings.effective_log_format)
     tracing = tracer_provider(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     if tracing is not None:
-        trace.set_tracer_provider(tracing)  # the MCP SDK's span per MCP message goes there too
+        trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too
     tracer = tracing.get_tracer(TRACER_NAME, __version__) if tracing is not None else None
     app = Draining(ProcessTuning(create_app(settings, tracer=tracer), settings))
     config = uvicorn.Config(

@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     replica."""
     mcp_json_response: bool = False
     """Answer 2025-11-25 requests as JSON instead of SSE; needs `ELICITATION_STYLE=error`."""
+    mcp_otel_spans: bool = False
+    """Keep the SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
+    (`OTEL_EXPORTER_OTLP_ENDPOINT` with the `otel` extra, or one around the service)."""
     mcp_resumable_streams: bool = True
     """Let a 2025-11-25 client resume a POST's SSE stream it lost (SEP-1699): each stream opens with
     a priming event (an id and a `retry:` hint) and its messages are kept, bounded, in this

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp
 
 from service import __version__
+from service.compat.mcp import check_only_declared_headers, drop_otel_spans
 from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
@@ -83,6 +84,10 @@ def build_mcp_server(
         ),
         log_level=settings.log_level,
     )
+    # Measured workarounds (service/compat/mcp.py), each off on an SDK version it was not checked on.
+    if not settings.mcp_otel_spans:
+        drop_otel_spans(server)
+    check_only_declared_headers(server)
     register_free_tools(server, sessions)
     return server
 
