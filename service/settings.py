@@ -104,12 +104,13 @@ class Settings(BaseSettings):
     mcp_otel_spans: bool = False
     """Keep the SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
     (`OTEL_EXPORTER_OTLP_ENDPOINT` with the `otel` extra, or one around the service)."""
-    mcp_resumable_streams: bool = True
+    mcp_resumable_streams: bool = False
     """Let a 2025-11-25 client resume a POST's SSE stream it lost (SEP-1699): each stream opens with
     a priming event (an id and a `retry:` hint) and its messages are kept, bounded, in this
     replica's memory, so a reconnect with `Last-Event-ID` gets what it missed. Only the replica
-    holding the session can resume it (session affinity). Off: no priming event, nothing kept.
-    Ignored with `MCP_JSON_RESPONSE=true`, which has no streams."""
+    holding the session can resume it (session affinity). Off by default: it costs about 6% of the
+    CPU of a 2025-11-25 SSE tool call (docs/operations.md). Ignored with `MCP_JSON_RESPONSE=true`,
+    which has no streams."""
     mcp_resumable_events_per_stream: int = Field(default=32, ge=2, le=10_000)
     """Messages kept per stream (a tool call's progress, elicitations and its result); older ones go
     first, and a client that missed one of those cannot resume."""

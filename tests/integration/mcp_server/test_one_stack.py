@@ -56,7 +56,7 @@ async def test_mcp_answers_of_both_eras_carry_the_stack_headers(service: Running
         assert 'resource_metadata="' in refused.headers["www-authenticate"]
         assert_one_stack(refused, "r-401")
 
-        session = await open_session(service, http, "ada")
+        session = await open_session(service, http, "ada", primed=False)
         headers = session.headers(**{"X-Request-ID": "r-sse"})
         async with http.stream("POST", "/mcp", json=whoami_call(2), headers=headers) as streamed:
             assert streamed.headers["content-type"].startswith("text/event-stream")
