@@ -33,13 +33,13 @@ class Response:
         self.body = body
 
     def json_message(self) -> dict[str, Any]:
-        """The JSON-RPC message in a JSON or single-event SSE body."""
+        """The JSON-RPC message in a JSON or single-message SSE body (a priming event has no data)."""
         body = self.body
         if body.startswith(b"{"):
             parsed: dict[str, Any] = json.loads(body)
             return parsed
         for line in body.splitlines():
-            if line.startswith(b"data:"):
+            if line.startswith(b"data:") and line[5:].strip():
                 message: dict[str, Any] = json.loads(line[5:])
                 return message
         raise WireError(f"no JSON-RPC message in body: {body[:200]!r}")
@@ -109,14 +109,15 @@ class Connection:
         return Response(status, response_headers, await self.read_body(response_headers))
 
     async def sse_events(self) -> AsyncIterator[bytes]:
-        """The `data:` payloads of a chunked SSE body, as they arrive; ends with the body."""
+        """The `data:` payloads of a chunked SSE body, as they arrive (not a priming event's empty
+        one); ends with the body."""
         buffer = b""
         while chunk := await self.read_chunk():
             buffer += chunk.replace(b"\r\n", b"\n")
             while b"\n\n" in buffer:
                 event, buffer = buffer.split(b"\n\n", 1)
                 data = [line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:")]
-                if data:
+                if any(data):
                     yield b"\n".join(data)
 
 

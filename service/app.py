@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from fastapi.telemetry import TelemetryConfig
 from mcp.server import MCPServer
 from mcp.server.mcpserver.tools import Tool
 from opentelemetry.trace import Tracer
@@ -40,6 +41,7 @@ from service.identity.sign_in_gate import BusySignInGate
 from service.identity.throttle import SignInThrottle, throttle_policy
 from service.identity.token_cache import TokenCache
 from service.identity.token_throttle import TokenRequestThrottle
+from service.identity.token_verifier import StoredTokenVerifier
 from service.mcp_server.billing_tools import register_billing_tools
 from service.mcp_server.output_cap import ToolOutputCap
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
@@ -66,11 +68,10 @@ from service.web.client_address import ClientAddresses, parse_networks
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.database_unavailable import DatabaseUnavailableMiddleware, database_unavailable
-from service.web.fast_path import ServiceApp
 from service.web.pages import STATIC_DIR, Pages
+from service.web.routes import TemplateRoute
 from service.web.security_headers import SecurityHeadersMiddleware
 from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
-from service.webhooks.endpoints import router as webhook_router
 from service.webhooks.reconciler import lease_holder
 from service.webhooks.verification import WebhookChecks
 from service.webhooks.wiring import build_stripe_sync
@@ -254,6 +255,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         sign_in=PasswordSignIn(sessions, passwords, sign_in_throttle),
         sign_in_throttle=sign_in_throttle,
         client_addresses=ClientAddresses(parse_networks(settings.trusted_proxies)),
+        token_verifier=external.verifier if external else StoredTokenVerifier(oauth),
         oidc=external.login if external else None,
     )
 
@@ -263,7 +265,7 @@ SESSION_EXPIRY_SECONDS = 30.0
 
 
 class LateBoundApp:
-    """A mount point whose ASGI app exists only while the lifespan runs.
+    """A route's or mount's ASGI app that exists only while the lifespan runs.
 
     The MCP app is built from lifespan resources (engine, OAuth provider), so it cannot exist when
     the routing table is made; requests that arrive outside the lifespan get a 503.
@@ -282,55 +284,56 @@ class LateBoundApp:
         await self.app(scope, receive, send)
 
 
-def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None) -> ServiceApp:
-    """`tracer`: each HTTP request becomes a span of it (service/observability/tracing.py)."""
+# The service exports no OpenTelemetry data; without this FastAPI checks for a provider per request.
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
+
+
+def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None) -> FastAPI:
+    """`tracer`: each HTTP request becomes a span of it (service/observability/tracing.py).
+
+    One middleware stack, declared below, serves every request: `/mcp` and Stripe's webhooks
+    included, so every response gets the same request id, access line, security headers, body
+    limit and error handling."""
     settings = settings or Settings()
-    mcp_mount = LateBoundApp()
+    mcp_endpoint = LateBoundApp()  # `/mcp`
+    mcp_routes = LateBoundApp()  # the SDK's OAuth endpoints and metadata documents
     http_requests = LateBoundRequestCounter()  # counts into the runtime's metrics while it exists
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
             app.state.runtime = await _start_runtime(settings, stack)
-            metrics = app.state.runtime.metrics
-            http_requests.target = metrics
+            runtime = app.state.runtime
+            http_requests.target = runtime.metrics
             stack.callback(setattr, http_requests, "target", None)
-            mcp = app.state.runtime.mcp
-            mcp_http = build_mcp_app(mcp, settings)
-            mcp_http.sessions.on_end(app.state.runtime.notifier.release)
-            app.state.runtime.metrics.count_legacy_sessions(mcp_http.sessions.total_open)
+            mcp = runtime.mcp
+            mcp_http = build_mcp_app(mcp, settings, runtime.token_verifier)
+            app.state.mcp_http = mcp_http  # its session ledger and stream store, for tests and probes
+            mcp_http.sessions.on_end(runtime.notifier.release)
+            if mcp_http.events is not None:
+                mcp_http.sessions.on_end(mcp_http.events.forget)
+                await stack.enter_async_context(
+                    every(SESSION_EXPIRY_SECONDS, mcp_http.events.sweep, name="sse-event-expiry")
+                )
+            runtime.metrics.count_legacy_sessions(mcp_http.sessions.total_open)
             await stack.enter_async_context(
                 every(SESSION_EXPIRY_SECONDS, mcp_http.sessions.expire_idle, name="legacy-session-expiry")
             )
-            # Inside the MCP app's own error middleware, which would otherwise answer 500 first.
+            # Inside the SDK app's own error middleware, which would otherwise answer 500 first.
             mcp_http.app.add_middleware(DatabaseUnavailableMiddleware)
             await stack.enter_async_context(mcp.session_manager.run())
-            mcp_mount.app = mcp_http.app
-            stack.callback(setattr, mcp_mount, "app", None)
-            # Tool calls skip FastAPI and the SDK app's shell; they still get a request id and an
-            # access line. Outside the lifespan `/mcp` goes the long way, to `mcp_mount`'s 503.
-            app.fast_paths[MCP_PATH] = RequestContextMiddleware(
-                BodyLimit(mcp_http.endpoint, limit=settings.max_request_body_bytes), metrics, MCP_PATH, tracer
-            )
-            stack.callback(app.fast_paths.pop, MCP_PATH, None)
-            app.fast_paths[WEBHOOK_PATH] = RequestContextMiddleware(
-                SecurityHeadersMiddleware(
-                    BodyLimit(WebhookEndpoint(), limit=settings.max_webhook_body_bytes),
-                    hsts=not settings.is_development,
-                ),
-                metrics,
-                WEBHOOK_PATH,
-                tracer,
-            )
-            stack.callback(app.fast_paths.pop, WEBHOOK_PATH, None)
+            mcp_endpoint.app, mcp_routes.app = mcp_http.endpoint, mcp_http.app
+            stack.callback(setattr, mcp_endpoint, "app", None)
+            stack.callback(setattr, mcp_routes, "app", None)
             yield
 
-    app = ServiceApp(
+    app = FastAPI(
         title=settings.mcp_server_name,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json" if settings.is_development else None,
+        telemetry=NO_TELEMETRY,
     )
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
@@ -344,16 +347,17 @@ def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None
     app.add_middleware(SecurityHeadersMiddleware, hsts=not settings.is_development)
     # Outermost: every response carries X-Request-ID, and is counted.
     app.add_middleware(RequestContextMiddleware, requests=http_requests, tracer=tracer)
+    app.routes.append(TemplateRoute(MCP_PATH, mcp_endpoint))  # any method: the SDK answers
+    app.routes.append(TemplateRoute(WEBHOOK_PATH, WebhookEndpoint()))
     app.include_router(health_router)
     app.include_router(identity_router)
     app.include_router(oauth_router)
     app.include_router(oidc_router)
     app.include_router(payment_router)
     app.include_router(billing_router)
-    app.include_router(webhook_router)
     if settings.metrics_served and settings.metrics_port == 0:
         app.include_router(metrics_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    # Last, so our own routes win: /mcp, OAuth metadata, /authorize, /token, /register, /revoke.
-    app.mount("/", mcp_mount, name="mcp")
+    # Last, so our own routes win: OAuth metadata, /authorize, /token, /register, /revoke.
+    app.mount("/", mcp_routes, name="mcp")
     return app

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcp.server import MCPServer
+from mcp.server.auth.provider import TokenVerifier
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.requests import Request
 from starlette.responses import Response
@@ -64,6 +65,7 @@ class Runtime:
     sign_in: PasswordSignIn
     sign_in_throttle: SignInThrottle
     client_addresses: ClientAddresses
+    token_verifier: TokenVerifier  # what `/mcp` checks bearer tokens with
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
 
     def form_page(

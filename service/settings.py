@@ -104,6 +104,25 @@ class Settings(BaseSettings):
     mcp_otel_spans: bool = False
     """Keep the SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
     (`OTEL_EXPORTER_OTLP_ENDPOINT` with the `otel` extra, or one around the service)."""
+    mcp_resumable_streams: bool = False
+    """Let a 2025-11-25 client resume a POST's SSE stream it lost (SEP-1699): each stream opens with
+    a priming event (an id and a `retry:` hint) and its messages are kept, bounded, in this
+    replica's memory, so a reconnect with `Last-Event-ID` gets what it missed. Only the replica
+    holding the session can resume it (session affinity). Off by default: it costs about 6% of the
+    CPU of a 2025-11-25 SSE tool call (docs/operations.md). Ignored with `MCP_JSON_RESPONSE=true`,
+    which has no streams."""
+    mcp_resumable_events_per_stream: int = Field(default=32, ge=2, le=10_000)
+    """Messages kept per stream (a tool call's progress, elicitations and its result); older ones go
+    first, and a client that missed one of those cannot resume."""
+    mcp_resumable_streams_per_session: int = Field(default=16, ge=1, le=10_000)
+    """Streams kept per session; the oldest goes first."""
+    mcp_resumable_seconds: float = Field(default=300.0, ge=1, le=24 * 3600)
+    """How long a kept message can be replayed."""
+    mcp_resumable_max_bytes: int = Field(default=32 * 1024 * 1024, ge=64 * 1024, le=16 * 1024**3)
+    """Memory all kept messages of this replica may use (their JSON plus a per-message overhead);
+    beyond it the oldest streams go first."""
+    mcp_sse_retry_ms: int = Field(default=1000, ge=0, le=600_000)
+    """The `retry:` an SSE priming event carries: how long a client waits before reconnecting."""
 
     stripe_secret_key: SecretStr = SecretStr(SANDBOX_SECRET_KEY)
     """Stripe's secret API key; the default is the built-in sandbox's, which production refuses."""

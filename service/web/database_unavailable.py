@@ -38,8 +38,8 @@ async def database_unavailable(request: Request, exc: Exception) -> Response:
 class DatabaseUnavailableMiddleware:
     """For apps whose routes have no exception handlers of ours (the SDK's OAuth endpoints).
 
-    `/mcp` does not need it: of its work only the bearer check reads the database outside the SDK's
-    own error handling, and `BearerAuthentication` answers that failure itself."""
+    `/mcp` does not need it: it is a route of the service's app, whose handlers answer the bearer
+    check's database failure (the only database work outside the SDK's own error handling)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

@@ -4,7 +4,7 @@ import logging
 import time
 
 import stripe
-from fastapi import APIRouter, Request
+from fastapi import Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import Response
@@ -14,18 +14,16 @@ from service.audit.service import AuditKind, record
 from service.dependencies import get_runtime
 from service.observability.webhooks import webhook_processed
 from service.runtime import Runtime
-from service.web.database_unavailable import unavailable_answer
 from service.webhooks.events import StripeEventData
 from service.webhooks.verification import WebhookRejected, verify_event
 
 logger = logging.getLogger(__name__)
-router = APIRouter(tags=["webhooks"])
 
 WEBHOOK_PATH = "/webhooks/stripe"
 
 
 async def stripe_webhook(request: Request) -> JSONResponse:
-    """POST /webhooks/stripe. A plain Starlette route: Stripe posts raw bytes that only the
+    """POST /webhooks/stripe. A plain Starlette route (service/app.py): Stripe posts raw bytes that only the
     signature check may interpret, so FastAPI's parameter machinery would add cost and nothing else.
     `BodyLimit` in front has refused a body over MAX_WEBHOOK_BODY_BYTES before this reads it.
     """
@@ -79,31 +77,16 @@ async def _rejected(runtime: Runtime, exc: WebhookRejected) -> None:
         logger.warning("could not audit a rejected webhook: %s", type(error).__name__)
 
 
-router.add_route(WEBHOOK_PATH, stripe_webhook, methods=["POST"], include_in_schema=False)
-
-
 class WebhookEndpoint:
-    """`stripe_webhook` as a pure ASGI app, for `ServiceApp.fast_paths`.
-
-    Through FastAPI a delivery also ran its error, telemetry and body-limit middleware, its
-    exception middleware and its route table (about a tenth of a delivery's CPU by py-spy, with
-    the event applied and its subscription re-read). The answers are the routed endpoint's: 405
-    with `Allow` for another method, the 503 with Retry-After when the database cannot be
-    reached, and any other error left to the server, which answers 500 and logs it.
-    """
+    """`stripe_webhook` as the ASGI app of its route, which takes every method (the catch-all MCP
+    mount behind it would otherwise answer another method 404): 405 with `Allow` for any but POST."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response: Response | None
+        response: Response
         if scope["method"] != "POST":
             response = JSONResponse(
                 {"detail": "Method Not Allowed"}, status_code=405, headers={"Allow": "POST"}
             )
         else:
-            try:
-                response = await stripe_webhook(Request(scope, receive))
-            except Exception as exc:
-                # `unavailable_answer` owns which errors mean the database is down.
-                response = unavailable_answer(exc)
-                if response is None:
-                    raise
+            response = await stripe_webhook(Request(scope, receive))
         await response(scope, receive, send)
