@@ -173,8 +173,7 @@ class RequestContextMiddleware:
     """Assigns or propagates `X-Request-ID`, binds the log context, writes one access line per request.
 
     The access line carries the path without its query string: query strings hold OAuth codes
-    and Checkout session ids. `route` names the route of every request when this wraps one
-    endpoint (a fast path); otherwise the route is the one the app matched. With a `tracer`, each
+    and Checkout session ids; the route is the template the app matched. With a `tracer`, each
     request is a server span (continuing the caller's `traceparent`), current while it runs.
     """
 
@@ -182,12 +181,10 @@ class RequestContextMiddleware:
         self,
         app: ASGIApp,
         requests: RequestCounter | None = None,
-        route: str | None = None,
         tracer: trace.Tracer | None = None,
     ) -> None:
         self.app = app
         self.requests = requests
-        self.route = route
         self.tracer = tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -243,7 +240,7 @@ class RequestContextMiddleware:
             if (client_gone and not complete) or context.notes.get("outcome") == CANCELLED:
                 status = CLIENT_CLOSED_REQUEST
             context.logged = True
-            method, route = scope.get("method", ""), self.route or route_label(scope)
+            method, route = scope.get("method", ""), route_label(scope)
             if self.requests is not None:
                 self.requests.http_request(method, route, status)
             span_ids: dict[str, str] = {}
