@@ -347,21 +347,9 @@ async def start_checkout(
         # Two presses at once made the same request with different expiry times; the other one won.
         return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
 
-    async with runtime.sessions() as session, session.begin():
-        if found.customer_id is None and await session.get(StripeCustomer, found.user_id) is None:
-            session.add(StripeCustomer(user_id=found.user_id, customer_id=customer_id))
-        row = await session.get(Elicitation, elicitation.id, with_for_update=True)
-        if row is not None:
-            row.checkout_attempt = max(row.checkout_attempt, attempt)
-            row.checkout_session_id = checkout.id
-            session.add(row)
-        await record(
-            session,
-            AuditKind.CHECKOUT_CREATED,
-            user_id=found.user_id,
-            elicitation_id=elicitation.id,
-            checkout=checkout.id,
-        )
+    await _remember_checkout(
+        runtime, found, elicitation.id, attempt, customer_id, checkout.id, plan_checkout=True
+    )
     runtime.metrics.checkout_created(found.plan.id)
     return RedirectResponse(url, status_code=303)
 
@@ -447,22 +435,49 @@ async def buy_credits(
     except stripe.IdempotencyError:
         return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
 
+    await _remember_checkout(
+        runtime,
+        found,
+        elicitation.id,
+        attempt,
+        customer_id,
+        checkout.id,
+        plan_checkout=False,
+        credit_pack=pack.id,
+    )
+    return RedirectResponse(url, status_code=303)
+
+
+async def _remember_checkout(
+    runtime: Runtime,
+    found: CheckoutPlan,
+    elicitation_id: str,
+    attempt: int,
+    customer_id: str,
+    checkout_id: str,
+    *,
+    plan_checkout: bool,
+    **detail: str,
+) -> None:
+    """The write step after Stripe made a Checkout Session: the customer, the link's attempt
+    counter (and, for a plan, the session the webhook will match) and an audit row."""
     async with runtime.sessions() as session, session.begin():
         if found.customer_id is None and await session.get(StripeCustomer, found.user_id) is None:
             session.add(StripeCustomer(user_id=found.user_id, customer_id=customer_id))
-        row = await session.get(Elicitation, elicitation.id, with_for_update=True)
+        row = await session.get(Elicitation, elicitation_id, with_for_update=True)
         if row is not None:
             row.checkout_attempt = max(row.checkout_attempt, attempt)
+            if plan_checkout:
+                row.checkout_session_id = checkout_id
             session.add(row)
         await record(
             session,
             AuditKind.CHECKOUT_CREATED,
             user_id=found.user_id,
-            elicitation_id=elicitation.id,
-            checkout=checkout.id,
-            credit_pack=pack.id,
+            elicitation_id=elicitation_id,
+            checkout=checkout_id,
+            **detail,
         )
-    return RedirectResponse(url, status_code=303)
 
 
 @router.get("/pay/{elicitation_id}/success")
