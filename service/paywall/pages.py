@@ -171,6 +171,19 @@ class CheckoutPlan:
     customer_id: str | None
 
 
+async def _checkouts_exceeded(
+    runtime: Runtime, session: AsyncSession, user_id: str, elicitation_id: str
+) -> Response | None:
+    """429 (and an audit row) once the user started `MAX_CHECKOUTS_PER_HOUR` checkouts of any kind."""
+    checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user_id, CHECKOUT_WINDOW)
+    if checkouts < runtime.settings.max_checkouts_per_hour:
+        return None
+    await record(
+        session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="checkout"
+    )
+    return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+
+
 def _too_many(runtime: Runtime, what: str, retry_after: timedelta) -> Response:
     response = runtime.pages.message(
         "Too many attempts", f"You {what}. Please try again later.", status_code=429
@@ -239,16 +252,8 @@ async def _read_checkout_plan(
                 "Your subscription already unlocks this tool; nothing was charged. Return to your MCP "
                 "client and call the tool again.",
             )
-        checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user.id, CHECKOUT_WINDOW)
-        if checkouts >= runtime.settings.max_checkouts_per_hour:
-            await record(
-                session,
-                AuditKind.RATE_LIMITED,
-                user_id=user.id,
-                elicitation_id=elicitation.id,
-                what="checkout",
-            )
-            return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+        if (limited := await _checkouts_exceeded(runtime, session, user.id, elicitation.id)) is not None:
+            return limited
         customer = await session.get(StripeCustomer, user.id)
         session.expunge(elicitation)
         return CheckoutPlan(
@@ -367,16 +372,8 @@ async def _read_credit_checkout(
         refused = await _pay_attempts_exceeded(runtime, session, user.id, elicitation.id)
         if refused is not None:
             return refused
-        checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user.id, CHECKOUT_WINDOW)
-        if checkouts >= runtime.settings.max_checkouts_per_hour:
-            await record(
-                session,
-                AuditKind.RATE_LIMITED,
-                user_id=user.id,
-                elicitation_id=elicitation.id,
-                what="checkout",
-            )
-            return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+        if (limited := await _checkouts_exceeded(runtime, session, user.id, elicitation.id)) is not None:
+            return limited
         customer = await session.get(StripeCustomer, user.id)
         session.expunge(elicitation)
         return CheckoutPlan(
