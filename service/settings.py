@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     replica."""
     mcp_json_response: bool = False
     """Answer 2025-11-25 requests as JSON instead of SSE; needs `ELICITATION_STYLE=error`."""
+    mcp_sdk_workarounds: bool = True
+    """Apply the measured workarounds of the `mcp` SDK's per-call defaults (`service/compat/mcp.py`,
+    ADR 0005), each also off on an SDK version it was not checked on; false keeps every SDK default."""
     mcp_otel_spans: bool = False
     """Keep the SDK's OpenTelemetry span per MCP message; useful only with an exporter installed
     (`OTEL_EXPORTER_OTLP_ENDPOINT` with the `otel` extra, or one around the service)."""

@@ -85,9 +85,10 @@ def build_mcp_server(
         log_level=settings.log_level,
     )
     # Measured workarounds (service/compat/mcp.py), each off on an SDK version it was not checked on.
-    if not settings.mcp_otel_spans:
-        drop_otel_spans(server)
-    check_only_declared_headers(server)
+    if settings.mcp_sdk_workarounds:
+        if not settings.mcp_otel_spans:
+            drop_otel_spans(server)
+        check_only_declared_headers(server)
     register_free_tools(server, sessions)
     return server
 

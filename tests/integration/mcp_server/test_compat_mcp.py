@@ -30,6 +30,7 @@ from service.compat.mcp import (
     sdk_version,
 )
 from tests.support.service import RunningService, run_service
+from tests.support.subscriptions import can_use_paid_tool, subscribe
 
 MODERN = "2026-07-28"
 
@@ -144,6 +145,16 @@ async def test_the_service_installs_both(service: RunningService, database_url: 
     assert not any(isinstance(item, otel) for item in service.runtime.mcp.middleware)
     async with run_service(database_url, mcp_otel_spans=True) as with_spans:
         assert any(isinstance(item, otel) for item in with_spans.runtime.mcp.middleware)
+
+
+async def test_switched_off_the_sdk_defaults_stay_and_paid_calls_work(database_url: str) -> None:
+    otel = otel_middleware_class()
+    assert otel is not None
+    async with run_service(database_url, mcp_sdk_workarounds=False) as service:
+        assert not isinstance(schema_lookup(service.runtime.mcp), HeaderSchemaLookup)
+        assert any(isinstance(item, otel) for item in service.runtime.mcp.middleware)
+        subscriber = await subscribe(service, "ada")
+        assert await can_use_paid_tool(service, subscriber.token)
 
 
 def test_otel_spans_are_dropped_and_the_rest_of_the_chain_kept() -> None:
