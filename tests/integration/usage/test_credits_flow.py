@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import mcp_types as t
@@ -203,9 +204,9 @@ async def test_a_refund_or_dispute_takes_back_the_unspent_credits(
     assert taken.delta == -2 and taken.payment_intent_id == payment_intent
 
 
-async def test_reconciliation_grants_credits_whose_webhook_was_missed(
-    tmp_path: Path, database_url: str
-) -> None:
+@asynccontextmanager
+async def service_without_webhooks(tmp_path: Path, database_url: str) -> AsyncIterator[RunningService]:
+    """The service with the small packs, over a sandbox of its own that sends no webhooks."""
     plans = tmp_path / "plans.toml"
     plans.write_text(SMALL_PACKS)
     stripe_socket = bound_socket()
@@ -217,6 +218,13 @@ async def test_reconciliation_grants_credits_whose_webhook_was_missed(
     )
     async with serve(silent, stripe_socket), run_service_on(settings, service_socket) as service:
         await service.runtime.stripe.sync_plans()
+        yield service
+
+
+async def test_reconciliation_grants_credits_whose_webhook_was_missed(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with service_without_webhooks(tmp_path, database_url) as service:
         await service.add_user("max")
         token = (await service.personal_token("max")).secret
         probe = ClientProbe()
@@ -238,17 +246,7 @@ async def test_reconciliation_grants_credits_whose_webhook_was_missed(
 async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_lasting(
     tmp_path: Path, database_url: str
 ) -> None:
-    plans = tmp_path / "plans.toml"
-    plans.write_text(SMALL_PACKS)
-    stripe_socket = bound_socket()
-    base = f"http://127.0.0.1:{port_of(stripe_socket)}"
-    silent = create_sandbox_app(SandboxConfig(api_key=KEY, public_base_url=base, webhook_endpoints=()))
-    service_socket = bound_socket()
-    settings = make_settings(
-        database_url, port_of(service_socket), stripe_secret_key=KEY, stripe_api_base=base, plans_file=plans
-    )
-    async with serve(silent, stripe_socket), run_service_on(settings, service_socket) as service:
-        await service.runtime.stripe.sync_plans()
+    async with service_without_webhooks(tmp_path, database_url) as service:
         await service.add_user("nia")
         token = (await service.personal_token("nia")).secret
         async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
