@@ -397,7 +397,7 @@ class Bench:
     def webhooks(self) -> None:
         """Signed customer.subscription.updated events: verified, stored, applied (200 "applied")."""
         from service.settings import DEV_WEBHOOK_SECRET
-        from service.stripe_sandbox import API_VERSION
+        from stripe_sandbox import API_VERSION
 
         backends = [("SQLite", "paid")] + ([("PostgreSQL", "paid-pg")] if "paid-pg" in self.targets else [])
         for (backend, name), concurrency in itertools.product(backends, WEBHOOK_CONCURRENCY):
@@ -737,7 +737,7 @@ async def notification_latency(
     card, and the sandbox's own `checkout.session.completed` event. Measured: from posting that event
     (signed) to `hook_port` until `notifications/elicitation/complete` arrives on the GET stream.
     """
-    from service.stripe_sandbox import sign_webhook_payload
+    from stripe_sandbox import sign_webhook_payload
 
     stripe = await seed.Stripe.connect(stripe_api_base)
     latencies: list[float] = []

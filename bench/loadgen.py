@@ -166,7 +166,7 @@ def _webhook_body(spec: dict[str, Any], index: int, sequence: int) -> bytes:
 
 
 async def _webhook_worker(spec: dict[str, Any], window: Window, index: int) -> None:
-    from service.stripe_sandbox import sign_webhook_payload
+    from stripe_sandbox import sign_webhook_payload
 
     conn: wire.Connection | None = None
     sequence = 0

@@ -160,7 +160,7 @@ def _stop_flood(process: subprocess.Popen[str]) -> dict[str, Any]:
 
 def measure(bench: Bench) -> None:
     from service.settings import DEV_WEBHOOK_SECRET
-    from service.stripe_sandbox import API_VERSION
+    from stripe_sandbox import API_VERSION
 
     for backend, name in TARGETS:
         if name not in bench.targets:

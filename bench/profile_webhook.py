@@ -67,7 +67,7 @@ async def main(events: int, concurrency: int, top: int) -> None:
     from service.app import create_app
     from service.process_tuning import ProcessTuning
     from service.settings import DEV_WEBHOOK_SECRET, Settings
-    from service.stripe_sandbox import API_VERSION, sign_webhook_payload
+    from stripe_sandbox import API_VERSION, sign_webhook_payload
 
     with tempfile.TemporaryDirectory() as workdir:
         sandbox = procs.start_server("sandbox", procs.free_port(), {"BENCH_KIND": "sandbox"}, Path(workdir))

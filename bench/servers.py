@@ -60,7 +60,7 @@ def bare_app(*, with_auth: bool) -> Starlette:
 
 
 def sandbox_app() -> Any:
-    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+    from stripe_sandbox import SandboxConfig, create_sandbox_app
 
     port = int(os.environ["BENCH_PORT"])
     return create_sandbox_app(SandboxConfig(public_base_url=f"http://127.0.0.1:{port}", persist_path=None))

@@ -213,8 +213,8 @@ def serve_sandbox(
     """
     import uvicorn
 
-    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
     from service.web.inherited_socket import InheritedSocketError, inherited_listener
+    from stripe_sandbox import SandboxConfig, create_sandbox_app
 
     listener = None
     if fd is not None:

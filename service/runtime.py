@@ -27,7 +27,6 @@ from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
 from service.paywall.notifier import SessionNotifier
 from service.settings import Settings
-from service.stripe_sandbox import Sandbox
 from service.web.client_address import ClientAddresses
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
@@ -35,6 +34,7 @@ from service.web.pages import Pages
 from service.webhooks.processor import WebhookProcessor
 from service.webhooks.reconciler import Reconciler
 from service.webhooks.verification import WebhookChecks
+from stripe_sandbox import Sandbox
 
 
 @dataclass

@@ -11,8 +11,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from service.settings import Settings
-from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 from service.web.background_server import bind_loopback, port_of, serve_in_background
+from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from service.identity.models import User
 from service.identity.passwords import PasswordHashing
 from service.runtime import Runtime
 from service.settings import Settings
-from service.stripe_sandbox import Sandbox
+from stripe_sandbox import Sandbox
 from tests.support.mcp_clients import bearer_transport
 from tests.support.servers import bound_socket, port_of, serve
 

@@ -60,7 +60,7 @@ def imported_distributions() -> set[str]:
     providers = packages_distributions()
     found: set[str] = set()
     for names in imports:
-        if names[-1].partition(".")[0] in set(sys.stdlib_module_names) | {"service"}:
+        if names[-1].partition(".")[0] in set(sys.stdlib_module_names) | {"service", "stripe_sandbox"}:
             continue
         owners = next((owners for name in names if (owners := _owners(name, providers))), [names[-1]])
         found.update(canonicalize_name(dist) for dist in owners)

@@ -16,7 +16,7 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.billing.models import Subscription
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
-from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import pay
 from tests.support.servers import bound_socket, port_of, serve

@@ -37,9 +37,9 @@ from service.paywall.bus import InProcessBus
 from service.paywall.models import Elicitation
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
-from service.stripe_sandbox import SandboxConfig, create_sandbox_app, sign_webhook_payload
 from service.webhooks.verification import WebhookChecks, verify_event
 from service.webhooks.wiring import build_stripe_sync
+from stripe_sandbox import SandboxConfig, create_sandbox_app, sign_webhook_payload
 from tests.support.databases import DatabaseTemplates
 from tests.support.servers import bound_socket, port_of
 

@@ -11,7 +11,7 @@ import pytest
 from service.audit.models import AuditEvent
 from service.billing.models import StripeEvent
 from service.paywall.models import Elicitation
-from service.stripe_sandbox import sign_webhook_payload
+from stripe_sandbox import sign_webhook_payload
 from tests.support.payment import checkout_session_id, open_checkout
 from tests.support.service import RunningService, run_service
 from tests.support.subscriptions import (

@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 
-from service.stripe_sandbox import sign_webhook_payload
+from stripe_sandbox import sign_webhook_payload
 from tests.integration.observability.observed import captured_logs, json_lines, paid_legacy_flow
 from tests.support.payment import GOOD_CARD
 from tests.support.service import run_service

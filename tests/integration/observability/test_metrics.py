@@ -10,7 +10,7 @@ from sqlmodel import col, update
 
 from service.db.metadata import utcnow
 from service.paywall.models import Elicitation
-from service.stripe_sandbox import sign_webhook_payload
+from stripe_sandbox import sign_webhook_payload
 from tests.integration.observability.observed import (
     CHART_ARGS,
     call_expecting_32042,

@@ -11,7 +11,7 @@ import stripe
 
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
-from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
+from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 from tests.support.databases import DatabaseTemplates
 from tests.support.replicas import Replica, replicas
 from tests.support.servers import bound_socket, port_of, serve

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
+from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 from tests.support.servers import bound_socket, port_of, serve
 
 API_KEY = "sk_test_sandbox"

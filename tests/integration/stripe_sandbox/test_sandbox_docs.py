@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.stripe_sandbox.app import create_sandbox_app
-from service.stripe_sandbox.config import SandboxConfig
-from service.stripe_sandbox.params_implemented import IMPLEMENTED
+from stripe_sandbox.app import create_sandbox_app
+from stripe_sandbox.config import SandboxConfig
+from stripe_sandbox.params_implemented import IMPLEMENTED
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "stripe-sandbox.md"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import stripe
 
-from service.stripe_sandbox.forms import parse_pairs
+from stripe_sandbox.forms import parse_pairs
 
 from .conftest import Env, catalog, stripe_client
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.servers import bound_socket, port_of, serve
 
 from .conftest import API_KEY, Receiver, stripe_client

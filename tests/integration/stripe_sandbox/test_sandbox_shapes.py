@@ -13,7 +13,7 @@ from typing import Any
 import stripe
 from stripe._api_version import _ApiVersion
 
-from service.stripe_sandbox import API_VERSION
+from stripe_sandbox import API_VERSION
 
 from .conftest import FIXTURES, Env, subscribed
 

@@ -177,7 +177,7 @@ async def test_giving_up_is_logged() -> None:
 
 
 def test_stripe_retry_schedule_lasts_three_days() -> None:
-    from service.stripe_sandbox.config import SandboxConfig, retry_schedule
+    from stripe_sandbox.config import SandboxConfig, retry_schedule
 
     base, largest, window = retry_schedule(SandboxConfig(webhook_retry_schedule="stripe"))
     assert (base, largest, window) == (60.0, 12 * 3600.0, 3 * 86400.0)

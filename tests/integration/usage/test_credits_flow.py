@@ -13,7 +13,7 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.billing.usage_models import CreditBalance, CreditEntry, UsageRecord
 from service.paywall.models import Elicitation
-from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.databases import DatabaseTemplates
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import buy_credits

@@ -13,7 +13,7 @@ from mcp import MCPError, UrlElicitationRequiredError
 from service.audit.models import AuditEvent
 from service.billing.models import StripeCustomer, StripeEvent, Subscription
 from service.paywall.models import Elicitation
-from service.stripe_sandbox import sign_webhook_payload
+from stripe_sandbox import sign_webhook_payload
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import open_checkout, pay, pay_checkout_session
 from tests.support.service import RunningService, run_service

@@ -3,7 +3,7 @@
 The service talks to it only through stripe-python, so switching to real test-mode keys changes
 configuration, not code::
 
-    from service.stripe_sandbox import SandboxConfig, create_sandbox_app
+    from stripe_sandbox import SandboxConfig, create_sandbox_app
 
     app = create_sandbox_app(SandboxConfig(
         api_key="sk_test_sandbox",
