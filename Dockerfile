@@ -28,7 +28,15 @@ RUN python -m venv /opt/venv \
 COPY pyproject.toml README.md LICENSE ./
 COPY alembic ./alembic
 COPY service ./service
+# The wheel holds service/ only. The Stripe sandbox (stripe_sandbox/, the `sandbox` extra) is left
+# out unless WITH_SANDBOX=true, for the k8s sandbox overlay's image only (`docker build --build-arg
+# WITH_SANDBOX=true -t registry.example.com/paid-mcp-service:<tag>-sandbox .`); its dependencies
+# are the service's own, already installed.
+ARG WITH_SANDBOX=false
+COPY sandbox ./sandbox
+COPY stripe_sandbox ./stripe_sandbox
 RUN python -m pip wheel --no-deps --no-cache-dir -w dist . \
+    && if [ "$WITH_SANDBOX" = true ]; then python -m pip wheel --no-deps --no-cache-dir -w dist ./sandbox; fi \
     && /opt/venv/bin/pip install --no-deps --no-cache-dir dist/*.whl \
     && /opt/venv/bin/pip uninstall --yes pip setuptools wheel
 

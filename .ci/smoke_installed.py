@@ -1,5 +1,6 @@
 """What users install, tried as a user would: run by the interpreter of a fresh venv that holds
-only the built wheel and requirements.lock, from a directory outside the checkout.
+only the built wheels (the service and its `sandbox` extra) and requirements.lock, from a
+directory outside the checkout.
 
 Migrates a new SQLite database, creates an account and a token with the console script, serves,
 waits for /readyz, then calls the free tool `whoami` over MCP in both protocol eras and checks

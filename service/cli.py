@@ -166,12 +166,14 @@ def _serve_on(
 
     from service import __version__
     from service.app import create_app
+    from service.billing.embedded_sandbox import sandbox_problem
     from service.observability.tracing import TRACER_NAME, flush_spans, tracer_provider
     from service.process_tuning import ProcessTuning
     from service.web.draining import Draining, DrainingServer
 
     settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
-    if problem := listen_problem(settings):  # `--host` skips the settings' own validation
+    # `--host` skips the settings' own validation; the sandbox's absence is no settings error.
+    if problem := listen_problem(settings) or sandbox_problem(settings):
         print(f"configuration error: {problem}", file=sys.stderr)
         return 2
     try:  # refuse here, in one line, rather than in a traceback from inside the lifespan

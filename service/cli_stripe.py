@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import stripe
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.billing.embedded_sandbox import SANDBOX_INSTALLED, SANDBOX_MISSING, create_app_for_settings
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
 from service.billing.usage_reporter import UsageReporter
@@ -214,8 +215,10 @@ def serve_sandbox(
     import uvicorn
 
     from service.web.inherited_socket import InheritedSocketError, inherited_listener
-    from stripe_sandbox import SandboxConfig, create_sandbox_app
 
+    if not SANDBOX_INSTALLED:
+        print(f"configuration error: {SANDBOX_MISSING}", file=sys.stderr)
+        return 2
     listener = None
     if fd is not None:
         try:
@@ -225,19 +228,7 @@ def serve_sandbox(
             return 2
         host, port = listener.getsockname()[:2]
     configure_logging(settings.log_level)
-    secret = settings.stripe_webhook_secret[0]
-    app = create_sandbox_app(
-        SandboxConfig(
-            api_key=settings.stripe_secret_key.get_secret_value(),
-            public_base_url=f"http://127.0.0.1:{port}",
-            webhook_endpoints=[(url, secret) for url in webhook_urls],
-            persist_path=settings.stripe_sandbox_state_file,
-            adversarial=settings.stripe_sandbox_adversarial,
-            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
-            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
-            rate_limit=settings.stripe_sandbox_rate_limit,
-        )
-    )
+    app = create_app_for_settings(settings, f"http://127.0.0.1:{port}", webhook_urls)
     if listener is None:
         uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
         return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.server import MCPServer
 from mcp.server.auth.provider import TokenVerifier
@@ -34,7 +34,9 @@ from service.web.pages import Pages
 from service.webhooks.processor import WebhookProcessor
 from service.webhooks.reconciler import Reconciler
 from service.webhooks.verification import WebhookChecks
-from stripe_sandbox import Sandbox
+
+if TYPE_CHECKING:  # the optional `sandbox` extra: imported only by type checkers
+    from stripe_sandbox import Sandbox
 
 
 @dataclass

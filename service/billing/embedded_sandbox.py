@@ -2,17 +2,71 @@
 
 Its own port (not a path on the service) keeps it a separate origin, like Stripe, and lets the
 service sync plans into it during start-up, before the service itself accepts connections.
+
+The sandbox is the `stripe_sandbox` package of the optional `sandbox` extra; without it, settings
+that ask for the embedded sandbox are refused with `SANDBOX_MISSING`, not an ImportError.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from service.settings import Settings
+from starlette.applications import Starlette
+
+from service.settings import ConfigurationError, Settings
 from service.web.background_server import bind_loopback, port_of, serve_in_background
-from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
+
+try:
+    from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
+except ModuleNotFoundError as exc:  # the `sandbox` extra is not installed
+    if exc.name != "stripe_sandbox":
+        raise
+    SANDBOX_INSTALLED = False
+else:
+    SANDBOX_INSTALLED = True
+
+SANDBOX_EXTRA = "pip install 'paid-mcp-service[sandbox]'"
+SANDBOX_MISSING = (
+    f"the built-in Stripe sandbox is not installed: install the `sandbox` extra ({SANDBOX_EXTRA}; "
+    "`make install` does)"
+)
+
+
+class SandboxNotInstalled(ConfigurationError):
+    """The settings ask for the built-in Stripe sandbox, and the `sandbox` extra is not installed."""
+
+
+def sandbox_problem(settings: Settings) -> str | None:
+    """Why `serve` cannot start with these settings for want of the sandbox, or None."""
+    if settings.embedded_stripe_sandbox and not SANDBOX_INSTALLED:
+        return (
+            f"{SANDBOX_MISSING}, or set STRIPE_SECRET_KEY to a Stripe key instead of the sandbox's "
+            "(with STRIPE_API_BASE for a sandbox run elsewhere)"
+        )
+    return None
+
+
+def create_app_for_settings(
+    settings: Settings, public_base_url: str, webhook_urls: Sequence[str]
+) -> Starlette:
+    """The sandbox's app, configured by the service's `STRIPE_*` settings."""
+    if not SANDBOX_INSTALLED:
+        raise SandboxNotInstalled(SANDBOX_MISSING)
+    secret = settings.stripe_webhook_secret[0]
+    return create_sandbox_app(
+        SandboxConfig(
+            api_key=settings.stripe_secret_key.get_secret_value(),
+            public_base_url=public_base_url,
+            webhook_endpoints=[(url, secret) for url in webhook_urls],
+            persist_path=settings.stripe_sandbox_state_file,
+            adversarial=settings.stripe_sandbox_adversarial,
+            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
+            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
+            rate_limit=settings.stripe_sandbox_rate_limit,
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -23,21 +77,10 @@ class EmbeddedSandbox:
 
 @asynccontextmanager
 async def embedded_sandbox(settings: Settings) -> AsyncIterator[EmbeddedSandbox]:
+    if problem := sandbox_problem(settings):
+        raise SandboxNotInstalled(problem)
     sock = bind_loopback(settings.stripe_sandbox_port)
     base = f"http://127.0.0.1:{port_of(sock)}"
-    app = create_sandbox_app(
-        SandboxConfig(
-            api_key=settings.stripe_secret_key.get_secret_value(),
-            public_base_url=base,
-            webhook_endpoints=[
-                (f"{settings.internal_base_url}/webhooks/stripe", settings.stripe_webhook_secret[0])
-            ],
-            persist_path=settings.stripe_sandbox_state_file,
-            adversarial=settings.stripe_sandbox_adversarial,
-            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
-            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
-            rate_limit=settings.stripe_sandbox_rate_limit,
-        )
-    )
+    app = create_app_for_settings(settings, base, [f"{settings.internal_base_url}/webhooks/stripe"])
     async with serve_in_background(app, sock):
         yield EmbeddedSandbox(api_base=base, sandbox=app.state.sandbox)
