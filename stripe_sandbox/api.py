@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from . import params_implemented
+from .clocks import advance_to
 from .config import API_VERSION
 from .errors import (
     StripeError,
@@ -34,6 +35,7 @@ from .forms import Params, parse_body, parse_query
 from .ids import new_id
 from .objects import list_envelope
 from .params_allowed import ALLOWED
+from .payments import resolve_payment_method
 from .sandbox import REQUEST_CONTEXT, Sandbox
 
 Obj = dict[str, Any]
@@ -41,17 +43,15 @@ Obj = dict[str, Any]
 
 @dataclass
 class Call:
-    sb: Sandbox
+    sandbox: Sandbox
     params: Params
     path: dict[str, str]
     method: str
     route_path: str
     magic: dict[str, Obj] = field(default_factory=dict)  # test PaymentMethod ids made this request
 
-    def payment_method(self, pm_id: str, param: str) -> Obj:
-        from .payments import resolve_payment_method
-
-        return resolve_payment_method(self.sb, pm_id, param, self.magic)
+    def payment_method(self, payment_method_id: str, param: str) -> Obj:
+        return resolve_payment_method(self.sandbox, payment_method_id, param, self.magic)
 
     def allow(self, endpoint: str) -> None:
         self.params.reject_unknown(ALLOWED[endpoint])
@@ -96,7 +96,7 @@ def _route_path(request: Request) -> str:
 
 async def handle(request: Request, handler: Handler, route: str = "") -> Response:
     """One API request; `route` ("METHOD /template") selects the implemented parameters."""
-    sb: Sandbox = request.app.state.sandbox
+    sandbox: Sandbox = request.app.state.sandbox
     request_id = new_id("req")
     headers = {"Request-Id": request_id, "Stripe-Version": API_VERSION}
     key: str | None = None
@@ -107,16 +107,16 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
         key = _api_key(request)
         if key is None:
             raise missing_api_key()
-        if key != sb.config.api_key and key not in sb.config.extra_allowed_keys:
+        if key != sandbox.config.api_key and key not in sandbox.config.extra_allowed_keys:
             raise invalid_api_key(key)
         asked_version = request.headers.get("stripe-version")
         if asked_version is not None and asked_version != API_VERSION:
             raise unsupported_version(asked_version, API_VERSION)
-        if sb.config.rate_limit and not sb.rate_limiter.allow(key):
+        if sandbox.config.rate_limit and not sandbox.rate_limiter.allow(key):
             raise rate_limited()
         body = await request.body()
         method = request.method.lower()
-        sb.request_log.append((request.method, _route_path(request)))
+        sandbox.request_log.append((request.method, _route_path(request)))
         idempotency_key = request.headers.get("idempotency-key") if method == "post" else None
         fingerprint = hashlib.sha256(
             b"\0".join([method.encode(), _route_path(request).encode(), body])
@@ -135,22 +135,20 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
         if route:
             params_implemented.check(route, tree)
         if method != "get":
-            sb.changed()  # whatever the handler does, even if it fails half way
+            sandbox.changed()  # whatever the handler does, even if it fails half way
         params = Params(tree)
         token = REQUEST_CONTEXT.set((request_id, idempotency_key))
         try:
-            from .billing import advance_to
-
-            advance_to(sb, sb.now())  # catch up on what fell due in wall-clock time
-            call = Call(sb, params, dict(request.path_params), method, _route_path(request))
+            advance_to(sandbox, sandbox.now())  # catch up on what fell due in wall-clock time
+            call = Call(sandbox, params, dict(request.path_params), method, _route_path(request))
             result = handler(call)
-            result = expand(sb, sb.snapshot(result), params.expand())
+            result = expand(sandbox, sandbox.snapshot(result), params.expand())
         finally:
             REQUEST_CONTEXT.reset(token)
         status = 200
         payload = json.dumps(result, indent=2).encode()
         if method != "get":
-            sb.save()
+            sandbox.save()
     except StripeError as error:
         status = error.status
         payload = json.dumps(error.body(), indent=2).encode()
@@ -165,11 +163,11 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
 
 
 def created_filter(params: Params, items: list[Obj], key: str = "created") -> list[Obj]:
-    sub = params.sub(key)
-    if sub is None:
+    nested = params.sub(key)
+    if nested is None:
         exact = params.integer(key) if params.has(key) else None
         return items if exact is None else [i for i in items if i[key] == exact]
-    bounds = {op: sub.integer(op) for op in ("gt", "gte", "lt", "lte")}
+    bounds = {operator: nested.integer(operator) for operator in ("gt", "gte", "lt", "lte")}
     result = items
     if bounds["gt"] is not None:
         result = [i for i in result if i[key] > bounds["gt"]]
@@ -220,41 +218,41 @@ _INCLUDABLE: dict[tuple[str, str], Callable[[Sandbox, Obj], Obj]] = {}
 def includable(
     object_type: str, field: str
 ) -> Callable[[Callable[[Sandbox, Obj], Obj]], Callable[[Sandbox, Obj], Obj]]:
-    def register(fn: Callable[[Sandbox, Obj], Obj]) -> Callable[[Sandbox, Obj], Obj]:
-        _INCLUDABLE[(object_type, field)] = fn
-        return fn
+    def register(function: Callable[[Sandbox, Obj], Obj]) -> Callable[[Sandbox, Obj], Obj]:
+        _INCLUDABLE[(object_type, field)] = function
+        return function
 
     return register
 
 
-def expand(sb: Sandbox, obj: Obj, paths: list[str]) -> Obj:
+def expand(sandbox: Sandbox, obj: Obj, paths: list[str]) -> Obj:
     for path in paths:
         parts = path.split(".")
         if len(parts) > 4:
             raise invalid_request(
                 f"You cannot expand more than 4 levels of a property. Property: {path}", param="expand"
             )
-        _expand(sb, obj, parts, path)
+        _expand(sandbox, obj, parts, path)
     return obj
 
 
-def _expand(sb: Sandbox, node: Any, parts: list[str], full: str) -> None:
+def _expand(sandbox: Sandbox, node: Any, parts: list[str], full: str) -> None:
     if isinstance(node, list):
         for element in node:
-            _expand(sb, element, parts, full)
+            _expand(sandbox, element, parts, full)
         return
     if not isinstance(node, dict) or not parts:
         return
     key, rest = parts[0], parts[1:]
     includer = _INCLUDABLE.get((str(node.get("object")), key))
     if key not in node and includer is not None:
-        node[key] = includer(sb, node)
+        node[key] = includer(sandbox, node)
     elif key not in node:
         raise invalid_request(f"This property cannot be expanded ({key}).", param="expand")
     value = node[key]
     if isinstance(value, str):
-        found = sb.store.find(value)
+        found = sandbox.store.find(value)
         if found is None:
             raise invalid_request(f"This property cannot be expanded ({key}).", param="expand")
-        node[key] = value = sb.snapshot(found)
-    _expand(sb, value, rest, full)
+        node[key] = value = sandbox.snapshot(found)
+    _expand(sandbox, value, rest, full)

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import re
-import secrets
-import string
 
 from . import billing, objects, payments
 from .api import Call, Obj, created_filter, paginate
-from .errors import StripeError, invalid_request, parameter_missing, resource_missing
+from .catalog import new_customer, price_from_params
+from .errors import StripeError, invalid_request, resource_missing
 from .forms import Params, merge_metadata
 from .ids import new_id
-from .sandbox import Sandbox
-
-_CURRENCY = re.compile(r"^[a-z]{3}$")
 
 
 def _metadata_update(params: Params, current: dict[str, str]) -> dict[str, str]:
@@ -25,39 +21,39 @@ def _metadata_update(params: Params, current: dict[str, str]) -> dict[str, str]:
 
 def create_product(call: Call) -> Obj:
     call.allow("product.create")
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     product_id = p.string("id") or new_id("prod")
-    if sb.store.get("product", product_id) is not None:
+    if sandbox.store.get("product", product_id) is not None:
         raise invalid_request("Product already exists.", param="id", code="resource_already_exists")
     product = objects.product(
         id_=product_id,
-        now=sb.now(),
+        now=sandbox.now(),
         name=p.req_str("name"),
         active=p.boolean("active") is not False,
         description=p.string("description"),
         metadata=p.metadata() or {},
     )
-    sb.store.put(product)
-    sb.emit("product.created", product)
+    sandbox.store.put(product)
+    sandbox.emit("product.created", product)
     default_price = p.sub("default_price_data")
     if default_price is not None:
         default_price.tree["product"] = product_id
-        price = price_from_params(sb, default_price, inline=False)
-        before = sb.snapshot(product)
+        price = price_from_params(sandbox, default_price, inline=False)
+        before = sandbox.snapshot(product)
         product["default_price"] = price["id"]
-        sb.emit_updated("product.updated", before, product)
+        sandbox.emit_updated("product.updated", before, product)
     return product
 
 
 def retrieve_product(call: Call) -> Obj:
-    return call.sb.get("product", call.path["id"])
+    return call.sandbox.get("product", call.path["id"])
 
 
 def update_product(call: Call) -> Obj:
     call.allow("product.update")
-    p, sb = call.params, call.sb
-    product = sb.get("product", call.path["id"])
-    before = sb.snapshot(product)
+    p, sandbox = call.params, call.sandbox
+    product = sandbox.get("product", call.path["id"])
+    before = sandbox.snapshot(product)
     if p.has("name"):
         product["name"] = p.req_str("name")
     if p.has("active"):
@@ -66,20 +62,20 @@ def update_product(call: Call) -> Obj:
         product["description"] = p.string("description", allow_empty=True) or None
     if p.has("default_price"):
         price_id = p.string("default_price", allow_empty=True) or None
-        if price_id is not None and sb.store.get("price", price_id) is None:
+        if price_id is not None and sandbox.store.get("price", price_id) is None:
             raise resource_missing("price", price_id, param="default_price")
         product["default_price"] = price_id
     product["metadata"] = _metadata_update(p, product["metadata"])
     if product != before:
-        product["updated"] = sb.now()
-    sb.emit_updated("product.updated", before, product)
+        product["updated"] = sandbox.now()
+    sandbox.emit_updated("product.updated", before, product)
     return product
 
 
 def list_products(call: Call) -> Obj:
     call.allow("product.list")
     p = call.params
-    items = call.sb.store.newest_first("product")
+    items = call.sandbox.store.newest_first("product")
     active = p.boolean("active")
     if active is not None:
         items = [i for i in items if i["active"] == active]
@@ -92,114 +88,20 @@ def list_products(call: Call) -> Obj:
 # Prices ----------------------------------------------------------------------------------------
 
 
-def price_from_params(sb: Sandbox, p: Params, *, inline: bool) -> Obj:
-    """Create a price from `prices.create` params, or from `price_data` (inline, inactive)."""
-    currency = p.req_str("currency").lower()
-    if not _CURRENCY.match(currency):
-        raise invalid_request(f"Invalid currency: {currency}.", param=p.param("currency"))
-    unit_amount = p.integer("unit_amount")
-    if unit_amount is None:
-        raise parameter_missing(p.param("unit_amount"))
-    if unit_amount < 0:
-        raise invalid_request("Invalid non-negative integer", param=p.param("unit_amount"))
-    product_id = p.string("product")
-    product_data = p.sub("product_data")
-    if product_id is None and product_data is None:
-        raise parameter_missing(p.param("product"))
-    if product_id is not None:
-        if sb.store.get("product", product_id) is None:
-            raise resource_missing("product", product_id, param=p.param("product"))
-    else:
-        assert product_data is not None
-        product = objects.product(
-            id_=new_id("prod"),
-            now=sb.now(),
-            name=product_data.req_str("name"),
-            active=True,
-            description=product_data.string("description"),
-            metadata=product_data.metadata() or {},
-        )
-        sb.store.put(product)
-        sb.emit("product.created", product)
-        product_id = product["id"]
-    recurring = None
-    rec = p.sub("recurring")
-    if rec is not None:
-        interval = rec.enum("interval", ("day", "week", "month", "year"), required=True)
-        count = rec.integer("interval_count") or 1
-        if count < 1 or (interval == "year" and count > 3) or (interval == "month" and count > 36):
-            raise invalid_request("Invalid interval_count.", param=rec.param("interval_count"))
-        recurring = objects.recurring(str(interval), count)
-        _metered(sb, rec, recurring)
-    lookup_key = None if inline else p.string("lookup_key")
-    if lookup_key is not None:
-        holder = next((x for x in sb.store.objects["price"].values() if x["lookup_key"] == lookup_key), None)
-        if holder is not None:
-            if p.boolean("transfer_lookup_key") is not True:
-                raise invalid_request(
-                    f"A price (`{holder['id']}`) already uses that lookup key.",
-                    param=p.param("lookup_key"),
-                )
-            before = sb.snapshot(holder)
-            holder["lookup_key"] = None
-            sb.emit_updated("price.updated", before, holder)
-    price = objects.price(
-        id_=new_id("price"),
-        now=sb.now(),
-        product_id=product_id,
-        currency=currency,
-        unit_amount=unit_amount,
-        recurring=recurring,
-        lookup_key=lookup_key,
-        nickname=None if inline else p.string("nickname"),
-        active=not inline and p.boolean("active") is not False,
-        metadata={} if inline else (p.metadata() or {}),
-    )
-    sb.store.put(price)
-    sb.emit("price.created", price)
-    return price
-
-
-def _metered(sb: Sandbox, rec: Params, recurring: Obj) -> None:
-    """`recurring[usage_type]=metered` with the `recurring[meter]` that counts its usage."""
-    usage_type = rec.enum("usage_type", ("licensed", "metered")) or "licensed"
-    meter_id = rec.string("meter")
-    if usage_type == "metered" and meter_id is None:
-        raise invalid_request(
-            "You must provide a meter when creating a price with `usage_type=metered`.",
-            param=rec.param("meter"),
-        )
-    if meter_id is None:
-        return
-    if usage_type != "metered":
-        raise invalid_request(
-            "A meter can only be set on prices with `recurring[usage_type]=metered`.",
-            param=rec.param("meter"),
-        )
-    meter = sb.store.get("billing.meter", meter_id)
-    if meter is None:
-        raise resource_missing("billing.meter", meter_id, param=rec.param("meter"))
-    if meter["status"] != "active":
-        raise invalid_request(
-            f"The meter {meter_id} is inactive; a price needs an active meter.", param=rec.param("meter")
-        )
-    recurring.update(usage_type="metered", meter=meter_id)
-
-
 def create_price(call: Call) -> Obj:
     call.allow("price.create")
-    return price_from_params(call.sb, call.params, inline=False)
+    return price_from_params(call.sandbox, call.params, inline=False)
 
 
 def retrieve_price(call: Call) -> Obj:
-    return call.sb.get("price", call.path["id"])
+    return call.sandbox.get("price", call.path["id"])
 
 
 def update_price(call: Call) -> Obj:
     call.allow("price.update")
-    p, sb = call.params, call.sb
-    price = sb.get("price", call.path["id"])
-    before = sb.snapshot(price)
+    p, sandbox = call.params, call.sandbox
+    price = sandbox.get("price", call.path["id"])
+    before = sandbox.snapshot(price)
     if p.has("active"):
         price["active"] = p.boolean("active")
     if p.has("nickname"):
@@ -207,7 +109,11 @@ def update_price(call: Call) -> Obj:
     if p.has("lookup_key"):
         key = p.string("lookup_key", allow_empty=True) or None
         holder = next(
-            (x for x in sb.store.objects["price"].values() if key is not None and x["lookup_key"] == key),
+            (
+                x
+                for x in sandbox.store.objects["price"].values()
+                if key is not None and x["lookup_key"] == key
+            ),
             None,
         )
         if holder is not None and holder is not price:
@@ -215,19 +121,19 @@ def update_price(call: Call) -> Obj:
                 raise invalid_request(
                     f"A price (`{holder['id']}`) already uses that lookup key.", param="lookup_key"
                 )
-            holder_before = sb.snapshot(holder)
+            holder_before = sandbox.snapshot(holder)
             holder["lookup_key"] = None
-            sb.emit_updated("price.updated", holder_before, holder)
+            sandbox.emit_updated("price.updated", holder_before, holder)
         price["lookup_key"] = key
     price["metadata"] = _metadata_update(p, price["metadata"])
-    sb.emit_updated("price.updated", before, price)
+    sandbox.emit_updated("price.updated", before, price)
     return price
 
 
 def list_prices(call: Call) -> Obj:
     call.allow("price.list")
     p = call.params
-    items = call.sb.store.newest_first("price")
+    items = call.sandbox.store.newest_first("price")
     active = p.boolean("active")
     if active is not None:
         items = [i for i in items if i["active"] == active]
@@ -240,43 +146,16 @@ def list_prices(call: Call) -> Obj:
         if len(lookup_keys) > 10:
             raise invalid_request("You may only specify up to 10 lookup keys.", param="lookup_keys")
         items = [i for i in items if i["lookup_key"] in lookup_keys]
-    rec = p.sub("recurring")
-    if rec is not None:
+    recurring_params = p.sub("recurring")
+    if recurring_params is not None:
         for key in ("interval", "usage_type", "meter"):
-            wanted = rec.string(key)
+            wanted = recurring_params.string(key)
             if wanted is not None:
                 items = [i for i in items if i["recurring"] and i["recurring"][key] == wanted]
     return paginate(p, created_filter(p, items), call.route_path, "price")
 
 
 # Customers -------------------------------------------------------------------------------------
-
-
-def new_customer(
-    sb: Sandbox,
-    *,
-    email: str | None,
-    name: str | None,
-    phone: str | None,
-    description: str | None,
-    metadata: dict[str, str],
-    extras: Obj | None = None,
-) -> Obj:
-    prefix = "".join(secrets.choice(string.ascii_uppercase + string.digits) for _ in range(8))
-    customer = objects.customer(
-        id_=new_id("cus"),
-        now=sb.now(),
-        email=email,
-        name=name,
-        phone=phone,
-        description=description,
-        metadata=metadata,
-        invoice_prefix=prefix,
-    )
-    customer.update(extras or {})
-    sb.store.put(customer)
-    sb.emit("customer.created", customer)
-    return customer
 
 
 _LOCALES = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
@@ -326,30 +205,30 @@ def _default_payment_method(call: Call, customer_id: str, extras: Obj, attaching
     wanted = (extras.get("invoice_settings") or {}).get("default_payment_method")
     if wanted is None:
         return
-    pm = call.payment_method(wanted, "invoice_settings[default_payment_method]")
-    if pm is not attaching and pm["customer"] != customer_id:
+    payment_method = call.payment_method(wanted, "invoice_settings[default_payment_method]")
+    if payment_method is not attaching and payment_method["customer"] != customer_id:
         raise invalid_request(
             f"The customer does not have a payment method with the ID {wanted}. The payment method must "
             "be attached to the customer.",
             param="invoice_settings[default_payment_method]",
         )
-    extras["invoice_settings"]["default_payment_method"] = pm["id"]
+    extras["invoice_settings"]["default_payment_method"] = payment_method["id"]
 
 
 def create_customer(call: Call) -> Obj:
     call.allow("customer.create")
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     clock_id = p.string("test_clock")
     if clock_id is not None:
-        clock = sb.get("test_helpers.test_clock", clock_id, param="test_clock")
+        clock = sandbox.get("test_helpers.test_clock", clock_id, param="test_clock")
         if clock["status"] == "advancing":
             raise invalid_request("The test clock is advancing; wait until it is ready.", param="test_clock")
-    with sb.on_clock(clock_id):
+    with sandbox.on_clock(clock_id):
         return _create_customer(call, clock_id)
 
 
 def _create_customer(call: Call, clock_id: str | None) -> Obj:
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     blank = objects.customer(
         id_="", now=0, email=None, name=None, phone=None, description=None, metadata={}, invoice_prefix=""
     )
@@ -357,10 +236,10 @@ def _create_customer(call: Call, clock_id: str | None) -> Obj:
     first_id = p.string("payment_method")
     first = None if first_id is None else call.payment_method(first_id, "payment_method")
     if first is not None:
-        payments.check_attachable(sb, first)
+        payments.check_attachable(sandbox, first)
     _default_payment_method(call, "", extras, first)
     customer = new_customer(
-        sb,
+        sandbox,
         email=p.string("email"),
         name=p.string("name"),
         phone=p.string("phone"),
@@ -369,12 +248,12 @@ def _create_customer(call: Call, clock_id: str | None) -> Obj:
         extras={**extras, "test_clock": clock_id},
     )
     if first is not None:
-        payments.attach(sb, first, customer["id"])
+        payments.attach(sandbox, first, customer["id"])
     return customer
 
 
 def _live_customer(call: Call) -> Obj:
-    customer = call.sb.get("customer", call.path["id"])
+    customer = call.sandbox.get("customer", call.path["id"])
     return customer
 
 
@@ -384,11 +263,11 @@ def retrieve_customer(call: Call) -> Obj:
 
 def update_customer(call: Call) -> Obj:
     call.allow("customer.update")
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     customer = _live_customer(call)
     if customer.get("deleted"):
         raise resource_missing("customer", customer["id"])
-    before = sb.snapshot(customer)
+    before = sandbox.snapshot(customer)
     extras = _customer_extras(p, customer)
     _default_payment_method(call, customer["id"], extras, None)
     for key in ("email", "name", "phone", "description"):
@@ -396,28 +275,28 @@ def update_customer(call: Call) -> Obj:
             customer[key] = p.string(key, allow_empty=True) or None
     customer.update(extras)
     customer["metadata"] = _metadata_update(p, customer["metadata"])
-    sb.emit_updated("customer.updated", before, customer)
+    sandbox.emit_updated("customer.updated", before, customer)
     return customer
 
 
 def delete_customer(call: Call) -> Obj:
-    sb = call.sb
+    sandbox = call.sandbox
     customer = _live_customer(call)
     if customer.get("deleted"):
         raise resource_missing("customer", customer["id"])
-    for sub in sb.store.objects["subscription"].values():
-        if sub["customer"] == customer["id"] and sub["status"] != "canceled":
-            billing.cancel_now(sb, sub, ended_at=sb.now(), reason="cancellation_requested")
-    snapshot = sb.snapshot(customer)
-    sb.store.put(objects.deleted("customer", customer["id"]))
-    sb.emit("customer.deleted", snapshot)
+    for subscription in sandbox.store.objects["subscription"].values():
+        if subscription["customer"] == customer["id"] and subscription["status"] != "canceled":
+            billing.cancel_now(sandbox, subscription, ended_at=sandbox.now(), reason="cancellation_requested")
+    snapshot = sandbox.snapshot(customer)
+    sandbox.store.put(objects.deleted("customer", customer["id"]))
+    sandbox.emit("customer.deleted", snapshot)
     return objects.deleted("customer", customer["id"])
 
 
 def list_customers(call: Call) -> Obj:
     call.allow("customer.list")
     p = call.params
-    items = [c for c in call.sb.store.newest_first("customer") if not c.get("deleted")]
+    items = [c for c in call.sandbox.store.newest_first("customer") if not c.get("deleted")]
     email = p.string("email")
     if email is not None:
         items = [c for c in items if c["email"] == email]
@@ -444,7 +323,7 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
     and `metadata['k']:'v'`, joined by AND."""
     call.allow(endpoint)
     query = call.params.req_str("query")
-    items = [o for o in call.sb.store.newest_first(kind) if not o.get("deleted")]
+    items = [o for o in call.sandbox.store.newest_first(kind) if not o.get("deleted")]
     for clause in re.split(r"\s+AND\s+", query):
         match = _CLAUSE.match(clause)
         if match is None or (match["field"] and match["field"] not in fields):

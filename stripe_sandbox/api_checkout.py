@@ -12,22 +12,22 @@ from .sandbox import Sandbox
 
 def create_session(call: Call) -> Obj:
     call.allow("checkout_session.create")
-    return checkout.create_session(call.sb, call.params)
+    return checkout.create_session(call.sandbox, call.params)
 
 
 def retrieve_session(call: Call) -> Obj:
-    return call.sb.get("checkout.session", call.path["id"])
+    return call.sandbox.get("checkout.session", call.path["id"])
 
 
 def expire_session(call: Call) -> Obj:
     call.allow("checkout_session.expire")
-    return checkout.expire_session(call.sb, call.sb.get("checkout.session", call.path["id"]))
+    return checkout.expire_session(call.sandbox, call.sandbox.get("checkout.session", call.path["id"]))
 
 
 def list_sessions(call: Call) -> Obj:
     call.allow("checkout_session.list")
     p = call.params
-    items = call.sb.store.newest_first("checkout.session")
+    items = call.sandbox.store.newest_first("checkout.session")
     for key in ("customer", "subscription", "payment_intent", "status", "payment_link"):
         value = p.string(key)
         if value is not None:
@@ -36,43 +36,43 @@ def list_sessions(call: Call) -> Obj:
 
 
 @includable("checkout.session", "line_items")
-def _session_line_items(sb: Sandbox, session: Obj) -> Obj:
+def _session_line_items(sandbox: Sandbox, session: Obj) -> Obj:
     session_id = session["id"]
     return objects.list_envelope(
-        checkout.line_items(sb, session), f"/v1/checkout/sessions/{session_id}/line_items"
+        checkout.line_items(sandbox, session), f"/v1/checkout/sessions/{session_id}/line_items"
     )
 
 
 def list_line_items(call: Call) -> Obj:
-    session = call.sb.get("checkout.session", call.path["id"])
-    return paginate(call.params, checkout.line_items(call.sb, session), call.route_path, "line_item")
+    session = call.sandbox.get("checkout.session", call.path["id"])
+    return paginate(call.params, checkout.line_items(call.sandbox, session), call.route_path, "line_item")
 
 
 def create_portal_session(call: Call) -> Obj:
     call.allow("billing_portal_session.create")
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     customer_id = p.req_str("customer")
-    customer = sb.store.get("customer", customer_id)
+    customer = sandbox.store.get("customer", customer_id)
     if customer is None or customer.get("deleted"):
         raise resource_missing("customer", customer_id, param="customer")
-    return_url = checkout._url_param(p, "return_url")
-    flow = _flow(sb, p, customer_id)
+    return_url = checkout.url_param(p, "return_url")
+    flow = _flow(sandbox, p, customer_id)
     secret = new_secret()
-    url = f"{sb.config.public_base_url.rstrip('/')}/p/session/{secret}"
+    url = f"{sandbox.config.public_base_url.rstrip('/')}/p/session/{secret}"
     session = objects.portal_session(
         id_=new_id("bps"),
-        now=sb.now(),
+        now=sandbox.now(),
         customer_id=customer_id,
         return_url=return_url,
         url=f"{url}/flow" if flow else url,
     )
     session["flow"] = flow
-    sb.store.put(session)
-    sb.store.priv("portal_secrets")[secret] = session["id"]
+    sandbox.store.put(session)
+    sandbox.store.priv("portal_secrets")[secret] = session["id"]
     return session
 
 
-def _flow(sb: Sandbox, p: Params, customer_id: str) -> Obj | None:
+def _flow(sandbox: Sandbox, p: Params, customer_id: str) -> Obj | None:
     """`flow_data` as Stripe validates it, shaped as the session's `flow`; None without one."""
     data = p.sub("flow_data")
     if data is None:
@@ -103,16 +103,17 @@ def _flow(sb: Sandbox, p: Params, customer_id: str) -> Obj | None:
         details = data.sub(str(kind))
         if details is None:
             raise parameter_missing(f"flow_data[{kind}]")
-        sub_id = details.req_str("subscription")
-        sub = sb.store.get("subscription", sub_id)
-        if sub is None or sub["customer"] != customer_id:
-            raise resource_missing("subscription", sub_id, param=details.param("subscription"))
-        if sub["status"] in ("canceled", "incomplete_expired"):
+        subscription_id = details.req_str("subscription")
+        subscription = sandbox.store.get("subscription", subscription_id)
+        if subscription is None or subscription["customer"] != customer_id:
+            raise resource_missing("subscription", subscription_id, param=details.param("subscription"))
+        if subscription["status"] in ("canceled", "incomplete_expired"):
             raise invalid_request(
-                f"The subscription {sub_id} is {sub['status']} and cannot be changed in the portal.",
+                f"The subscription {subscription_id} is "
+                f"{subscription['status']} and cannot be changed in the portal.",
                 param=details.param("subscription"),
             )
-        flow[str(kind)] = {"subscription": sub_id} | (
+        flow[str(kind)] = {"subscription": subscription_id} | (
             {"retention": None} if kind == "subscription_cancel" else {}
         )
     after = data.sub("after_completion")
@@ -123,7 +124,7 @@ def _flow(sb: Sandbox, p: Params, customer_id: str) -> Obj | None:
             redirect = after.sub("redirect")
             if redirect is None:
                 raise parameter_missing("flow_data[after_completion][redirect]")
-            target = checkout._url_param(redirect, "return_url")
+            target = checkout.url_param(redirect, "return_url")
             if target is None:
                 raise parameter_missing("flow_data[after_completion][redirect][return_url]")
             flow["after_completion"]["redirect"] = {"return_url": target}

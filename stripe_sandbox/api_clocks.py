@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from . import billing, objects
+from . import billing, clocks, objects
 from .api import Call, Obj, paginate
 from .errors import invalid_request
 from .ids import new_id
@@ -25,53 +25,55 @@ KIND = "test_helpers.test_clock"
 
 
 def create_clock(call: Call) -> Obj:
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     frozen_time = p.integer("frozen_time", required=True)
     assert frozen_time is not None
-    if len(sb.store.objects[KIND]) >= MAX_CLOCKS:
+    if len(sandbox.store.objects[KIND]) >= MAX_CLOCKS:
         raise invalid_request(f"You can have at most {MAX_CLOCKS} test clocks; delete one first.")
     name = p.string("name")
     if name is not None and len(name) > 300:
         raise invalid_request("The name can have up to 300 characters.", param="name")
-    clock = objects.test_clock(id_=new_id("clock"), now=sb.now(), frozen_time=frozen_time, name=name)
-    sb.store.put(clock)
-    sb.emit("test_helpers.test_clock.created", clock)
+    clock = objects.test_clock(id_=new_id("clock"), now=sandbox.now(), frozen_time=frozen_time, name=name)
+    sandbox.store.put(clock)
+    sandbox.emit("test_helpers.test_clock.created", clock)
     return clock
 
 
 def retrieve_clock(call: Call) -> Obj:
-    return call.sb.get(KIND, call.path["id"])
+    return call.sandbox.get(KIND, call.path["id"])
 
 
 def list_clocks(call: Call) -> Obj:
-    return paginate(call.params, call.sb.store.newest_first(KIND), call.route_path, KIND)
+    return paginate(call.params, call.sandbox.store.newest_first(KIND), call.route_path, KIND)
 
 
 def delete_clock(call: Call) -> Obj:
     """Deleting a clock deletes its customers and ends their subscriptions, as on Stripe."""
-    sb = call.sb
-    clock = sb.get(KIND, call.path["id"])
-    with sb.on_clock(clock["id"]):
-        for customer in list(sb.store.objects["customer"].values()):
+    sandbox = call.sandbox
+    clock = sandbox.get(KIND, call.path["id"])
+    with sandbox.on_clock(clock["id"]):
+        for customer in list(sandbox.store.objects["customer"].values()):
             if customer.get("test_clock") != clock["id"]:
                 continue
-            for sub in sb.store.objects["subscription"].values():
-                if sub["customer"] == customer["id"] and sub["status"] not in (
+            for subscription in sandbox.store.objects["subscription"].values():
+                if subscription["customer"] == customer["id"] and subscription["status"] not in (
                     "canceled",
                     "incomplete_expired",
                 ):
-                    billing.cancel_now(sb, sub, ended_at=sb.now(), reason="cancellation_requested")
-            snapshot = sb.snapshot(customer)
-            sb.store.put(objects.deleted("customer", customer["id"]))
-            sb.emit("customer.deleted", snapshot)
-    sb.store.remove(KIND, clock["id"])
-    sb.emit("test_helpers.test_clock.deleted", clock)
+                    billing.cancel_now(
+                        sandbox, subscription, ended_at=sandbox.now(), reason="cancellation_requested"
+                    )
+            snapshot = sandbox.snapshot(customer)
+            sandbox.store.put(objects.deleted("customer", customer["id"]))
+            sandbox.emit("customer.deleted", snapshot)
+    sandbox.store.remove(KIND, clock["id"])
+    sandbox.emit("test_helpers.test_clock.deleted", clock)
     return objects.deleted(KIND, clock["id"])
 
 
 def advance_clock(call: Call) -> Obj:
-    p, sb = call.params, call.sb
-    clock = sb.get(KIND, call.path["id"])
+    p, sandbox = call.params, call.sandbox
+    clock = sandbox.get(KIND, call.path["id"])
     target = p.integer("frozen_time", required=True)
     assert target is not None
     if clock["status"] == "advancing":
@@ -83,25 +85,25 @@ def advance_clock(call: Call) -> Obj:
         )
     clock["status"] = "advancing"
     clock["status_details"] = {"advancing": {"target_frozen_time": target}}
-    sb.emit("test_helpers.test_clock.advancing", clock)
-    asyncio.get_running_loop().call_soon(_finish_advance, sb, clock["id"], target)
+    sandbox.emit("test_helpers.test_clock.advancing", clock)
+    asyncio.get_running_loop().call_soon(_finish_advance, sandbox, clock["id"], target)
     return clock
 
 
-def _finish_advance(sb: Sandbox, clock_id: str, target: int) -> None:
-    clock = sb.store.get(KIND, clock_id)
+def _finish_advance(sandbox: Sandbox, clock_id: str, target: int) -> None:
+    clock = sandbox.store.get(KIND, clock_id)
     if clock is None:
         return
     try:
-        billing.advance_to(sb, target, clock_id)
+        clocks.advance_to(sandbox, target, clock_id)
     except Exception:  # the clock must not stay "advancing" for ever
         log.exception("advancing test clock %s failed", clock_id)
         clock["status"] = "internal_failure"
         clock["status_details"] = {}
-        sb.save()
+        sandbox.save()
         return
     clock["status"] = "ready"
     clock["status_details"] = {}
     clock["frozen_time"] = target
-    sb.emit("test_helpers.test_clock.ready", clock)
-    sb.save()
+    sandbox.emit("test_helpers.test_clock.ready", clock)
+    sandbox.save()

@@ -12,13 +12,13 @@ from .forms import merge_metadata
 
 
 def retrieve_event(call: Call) -> Obj:
-    return call.sb.get("event", call.path["id"])
+    return call.sandbox.get("event", call.path["id"])
 
 
 def list_events(call: Call) -> Obj:
     call.allow("event.list")
     p = call.params
-    items = call.sb.store.newest_first("event")
+    items = call.sandbox.store.newest_first("event")
     type_ = p.string("type")
     types = p.str_list("types")
     if type_ is not None and types is not None:
@@ -38,8 +38,8 @@ def list_events(call: Call) -> Obj:
 def retry_event(call: Call) -> Obj:
     """`POST /v1/events/{id}/retry`, what the Dashboard's and the Stripe CLI's "Resend" call."""
     call.params.reject_unknown(("for_webhook_endpoint", "expand"))
-    event = call.sb.get("event", call.path["id"])
-    return call.sb.resend(event, call.params.string("for_webhook_endpoint"))
+    event = call.sandbox.get("event", call.path["id"])
+    return call.sandbox.resend(event, call.params.string("for_webhook_endpoint"))
 
 
 def _events_param(call: Call) -> list[str] | None:
@@ -66,7 +66,7 @@ def create_endpoint(call: Call) -> Obj:
     events = _events_param(call)
     if events is None:
         raise parameter_missing("enabled_events")
-    endpoint, secret = call.sb.add_webhook_endpoint(
+    endpoint, secret = call.sandbox.add_webhook_endpoint(
         url,
         events,
         description=call.params.string("description"),
@@ -77,13 +77,13 @@ def create_endpoint(call: Call) -> Obj:
 
 
 def retrieve_endpoint(call: Call) -> Obj:
-    return call.sb.get("webhook_endpoint", call.path["id"])
+    return call.sandbox.get("webhook_endpoint", call.path["id"])
 
 
 def update_endpoint(call: Call) -> Obj:
     call.allow("webhook_endpoint.update")
     p = call.params
-    endpoint = call.sb.get("webhook_endpoint", call.path["id"])
+    endpoint = call.sandbox.get("webhook_endpoint", call.path["id"])
     url = _url(call)
     if url is not None:
         endpoint["url"] = url
@@ -102,13 +102,13 @@ def update_endpoint(call: Call) -> Obj:
 
 
 def delete_endpoint(call: Call) -> Obj:
-    endpoint = call.sb.get("webhook_endpoint", call.path["id"])
-    call.sb.store.remove("webhook_endpoint", endpoint["id"])
+    endpoint = call.sandbox.get("webhook_endpoint", call.path["id"])
+    call.sandbox.store.remove("webhook_endpoint", endpoint["id"])
     return objects.deleted("webhook_endpoint", endpoint["id"])
 
 
 def list_endpoints(call: Call) -> Obj:
     call.allow("webhook_endpoint.list")
     return paginate(
-        call.params, call.sb.store.newest_first("webhook_endpoint"), call.route_path, "webhook_endpoint"
+        call.params, call.sandbox.store.newest_first("webhook_endpoint"), call.route_path, "webhook_endpoint"
     )

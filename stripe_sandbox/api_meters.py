@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import meters
-from . import objects_meters as om
+from . import objects_meters as objects_meters
 from .api import Call, Obj, paginate
 from .errors import invalid_request, parameter_missing, resource_missing
 from .forms import Params
@@ -37,7 +37,8 @@ def _event_name_free(call: Call, event_name: str) -> None:
     """An event name belongs to one meter for good: a deactivated meter keeps it (reactivate that
     meter to use the name again), as on Stripe, where meters cannot be deleted."""
     holder = next(
-        (m for m in call.sb.store.objects["billing.meter"].values() if m["event_name"] == event_name), None
+        (m for m in call.sandbox.store.objects["billing.meter"].values() if m["event_name"] == event_name),
+        None,
     )
     if holder is not None:
         raise invalid_request(
@@ -49,7 +50,7 @@ def _event_name_free(call: Call, event_name: str) -> None:
 
 def create_meter(call: Call) -> Obj:
     call.allow("billing.meter.create")
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     display_name = _bounded(p, "display_name", MAX_DISPLAY_NAME, required=True)
     event_name = _bounded(p, "event_name", MAX_NAME, required=True)
     assert display_name is not None
@@ -63,9 +64,9 @@ def create_meter(call: Call) -> Obj:
         mapping.enum("type", ("by_id",), required=True)
     window = p.enum("event_time_window", ("day", "hour"))
     _event_name_free(call, event_name)
-    meter = om.meter(
+    meter = objects_meters.meter(
         id_=new_id("mtr_test"),
-        now=sb.now(),
+        now=sandbox.now(),
         display_name=display_name,
         event_name=event_name,
         formula=formula,
@@ -73,56 +74,56 @@ def create_meter(call: Call) -> Obj:
         value_payload_key=_payload_key(p.sub("value_settings"), "value"),
         event_time_window=window,
     )
-    sb.store.put(meter)
-    sb.emit("billing.meter.created", meter)
+    sandbox.store.put(meter)
+    sandbox.emit("billing.meter.created", meter)
     return meter
 
 
 def retrieve_meter(call: Call) -> Obj:
-    return call.sb.get("billing.meter", call.path["id"])
+    return call.sandbox.get("billing.meter", call.path["id"])
 
 
 def update_meter(call: Call) -> Obj:
     call.allow("billing.meter.update")
-    p, sb = call.params, call.sb
-    meter = sb.get("billing.meter", call.path["id"])
-    before = sb.snapshot(meter)
+    p, sandbox = call.params, call.sandbox
+    meter = sandbox.get("billing.meter", call.path["id"])
+    before = sandbox.snapshot(meter)
     if p.has("display_name"):
         name = _bounded(p, "display_name", MAX_DISPLAY_NAME, required=True)
         meter["display_name"] = name
     if meter != before:
-        meter["updated"] = sb.now()
-        sb.emit("billing.meter.updated", meter, {"display_name": before["display_name"]})
+        meter["updated"] = sandbox.now()
+        sandbox.emit("billing.meter.updated", meter, {"display_name": before["display_name"]})
     return meter
 
 
 def deactivate_meter(call: Call) -> Obj:
-    sb = call.sb
-    meter = sb.get("billing.meter", call.path["id"])
+    sandbox = call.sandbox
+    meter = sandbox.get("billing.meter", call.path["id"])
     if meter["status"] != "active":
         raise invalid_request(f"The meter {meter['id']} is already inactive.")
-    now = sb.now()
+    now = sandbox.now()
     meter.update(status="inactive", updated=now)
     meter["status_transitions"]["deactivated_at"] = now
-    sb.emit("billing.meter.deactivated", meter)
+    sandbox.emit("billing.meter.deactivated", meter)
     return meter
 
 
 def reactivate_meter(call: Call) -> Obj:
-    sb = call.sb
-    meter = sb.get("billing.meter", call.path["id"])
+    sandbox = call.sandbox
+    meter = sandbox.get("billing.meter", call.path["id"])
     if meter["status"] == "active":
         raise invalid_request(f"The meter {meter['id']} is already active.")
-    meter.update(status="active", updated=sb.now())
+    meter.update(status="active", updated=sandbox.now())
     meter["status_transitions"]["deactivated_at"] = None
-    sb.emit("billing.meter.reactivated", meter)
+    sandbox.emit("billing.meter.reactivated", meter)
     return meter
 
 
 def list_meters(call: Call) -> Obj:
     call.allow("billing.meter.list")
     p = call.params
-    items = call.sb.store.newest_first("billing.meter")
+    items = call.sandbox.store.newest_first("billing.meter")
     status = p.enum("status", ("active", "inactive"))
     if status is not None:
         items = [m for m in items if m["status"] == status]
@@ -131,7 +132,7 @@ def list_meters(call: Call) -> Obj:
 
 def create_meter_event(call: Call) -> Obj:
     call.allow("billing.meter_event.create")
-    p, sb = call.params, call.sb
+    p, sandbox = call.params, call.sandbox
     event_name = _bounded(p, "event_name", MAX_NAME, required=True)
     assert event_name is not None
     raw = p.raw("payload")
@@ -154,7 +155,11 @@ def create_meter_event(call: Call) -> Obj:
         payload[key] = value
     identifier = _bounded(p, "identifier", MAX_NAME)
     return meters.record_event(
-        sb, event_name=event_name, payload=payload, identifier=identifier, timestamp=p.integer("timestamp")
+        sandbox,
+        event_name=event_name,
+        payload=payload,
+        identifier=identifier,
+        timestamp=p.integer("timestamp"),
     )
 
 
@@ -163,10 +168,10 @@ _WINDOWS = {"hour": 3600, "day": 86400}
 
 def list_event_summaries(call: Call) -> Obj:
     call.allow("billing.meter.list_event_summaries")
-    p, sb = call.params, call.sb
-    meter = sb.get("billing.meter", call.path["id"])
+    p, sandbox = call.params, call.sandbox
+    meter = sandbox.get("billing.meter", call.path["id"])
     customer_id = p.req_str("customer")
-    customer = sb.store.get("customer", customer_id)
+    customer = sandbox.store.get("customer", customer_id)
     if customer is None or customer.get("deleted"):
         raise resource_missing("customer", customer_id, param="customer")
     start = p.integer("start_time", required=True)
@@ -194,5 +199,5 @@ def list_event_summaries(call: Call) -> Obj:
                 "narrow start_time and end_time.",
                 param="value_grouping_window",
             )
-    items = meters.summaries(sb, meter, customer_id, start, end, window)
+    items = meters.summaries(sandbox, meter, customer_id, start, end, window)
     return paginate(p, items, call.route_path, "billing.meter_event_summary")

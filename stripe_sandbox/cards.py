@@ -88,7 +88,7 @@ def _luhn_ok(number: str) -> bool:
 
 def check_card(number: str, expiry: str, cvc: str, now_year: int, now_month: int) -> dict[str, object]:
     """Validate what a customer typed; the card dict on success, `Decline` otherwise."""
-    digits = "".join(ch for ch in number if not ch.isspace())
+    digits = "".join(charge for charge in number if not charge.isspace())
     if not digits.isdigit() or not 13 <= len(digits) <= 19 or not _luhn_ok(digits):
         raise Decline("incorrect_number", None, "Your card number is incorrect.", "cardNumber")
     compact = expiry.replace(" ", "")

@@ -22,14 +22,14 @@ Obj = dict[str, object]
 
 
 def _intent(request: Request) -> tuple[Sandbox, dict[str, object] | None]:
-    sb: Sandbox = request.app.state.sandbox
-    pi = sb.store.get("payment_intent", request.path_params["pi"])
-    if pi is None:
-        return sb, None
-    expected = str(sb.store.priv(str(pi["id"])).get("challenge") or "")
+    sandbox: Sandbox = request.app.state.sandbox
+    payment_intent = sandbox.store.get("payment_intent", request.path_params["pi"])
+    if payment_intent is None:
+        return sandbox, None
+    expected = str(sandbox.store.priv(str(payment_intent["id"])).get("challenge") or "")
     if not expected or not hmac.compare_digest(expected, request.path_params["secret"]):
-        return sb, None
-    return sb, pi
+        return sandbox, None
+    return sandbox, payment_intent
 
 
 def _gone() -> Response:
@@ -37,12 +37,15 @@ def _gone() -> Response:
 
 
 async def show(request: Request) -> Response:
-    sb, pi = _intent(request)
-    if pi is None:
+    sandbox, payment_intent = _intent(request)
+    if payment_intent is None:
         return _gone()
-    if pi["status"] != "requires_action":
-        return page("Authentication", f"<h1>Nothing to authenticate</h1><p>Status: {esc(pi['status'])}</p>")
-    amount = esc(money(int(str(pi["amount"])), str(pi["currency"])))
+    if payment_intent["status"] != "requires_action":
+        return page(
+            "Authentication",
+            f"<h1>Nothing to authenticate</h1><p>Status: {esc(payment_intent['status'])}</p>",
+        )
+    amount = esc(money(int(str(payment_intent["amount"])), str(payment_intent["currency"])))
     body = (
         "<h1>3D Secure 2 Test Page</h1>"
         f"<p>Authenticate a payment of <span class=amount>{amount}</span>.</p>"
@@ -53,28 +56,30 @@ async def show(request: Request) -> Response:
         '<button type="submit" class="secondary" id="test-source-fail-3ds" data-testid="fail-authentication">'
         "Fail</button></form>"
     )
-    return_url = sb.store.priv(str(pi["id"])).get("return_url")
+    return_url = sandbox.store.priv(str(payment_intent["id"])).get("return_url")
     return page("Authentication", body, redirect_targets=(return_url,))
 
 
 async def submit(request: Request) -> Response:
-    sb, pi = _intent(request)
-    if pi is None:
+    sandbox, payment_intent = _intent(request)
+    if payment_intent is None:
         return _gone()
     action = (await read_form(request)).get("action")
-    if pi["status"] != "requires_action" or action not in ("complete", "fail"):
+    if payment_intent["status"] != "requires_action" or action not in ("complete", "fail"):
         return page("Authentication", "<h1>Nothing to authenticate</h1>", status=400)
-    with sb.on_clock(sb.clock_of(str(pi["customer"]) if pi["customer"] else None)):
-        billing.authenticated(sb, pi, action == "complete")
-    sb.save()
-    return_url = sb.store.priv(str(pi["id"])).get("return_url")
-    outcome = sb.store.get("payment_intent", str(pi["id"])) or {}
+    with sandbox.on_clock(
+        sandbox.clock_of(str(payment_intent["customer"]) if payment_intent["customer"] else None)
+    ):
+        billing.authenticated(sandbox, payment_intent, action == "complete")
+    sandbox.save()
+    return_url = sandbox.store.priv(str(payment_intent["id"])).get("return_url")
+    outcome = sandbox.store.get("payment_intent", str(payment_intent["id"])) or {}
     status = "succeeded" if outcome.get("status") == "succeeded" else "failed"
     if return_url:
         query = urlencode(
             {
-                "payment_intent": pi["id"],
-                "payment_intent_client_secret": pi["client_secret"],
+                "payment_intent": payment_intent["id"],
+                "payment_intent_client_secret": payment_intent["client_secret"],
                 "redirect_status": status,
             }
         )

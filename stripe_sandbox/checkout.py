@@ -7,11 +7,13 @@ names, so a mistake in service code surfaces here as it would in test mode.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 from urllib.parse import urlsplit
 
 from . import billing, objects, payments
 from .cards import Decline, check_card, decline_of
+from .catalog import new_customer, price_from_params, trial_end_of
 from .errors import StripeError, invalid_request, parameter_missing, resource_missing
 from .forms import Params
 from .ids import new_id
@@ -25,7 +27,7 @@ def valid_url(value: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
-def _url_param(params: Params, key: str) -> str | None:
+def url_param(params: Params, key: str) -> str | None:
     value = params.string(key)
     if value is not None and not valid_url(value):
         raise StripeError(400, "Not a valid URL", code="url_invalid", param=params.param(key))
@@ -33,7 +35,7 @@ def _url_param(params: Params, key: str) -> str | None:
 
 
 def resolve_line_item(
-    sb: Sandbox, item: Params, *, default_quantity: int | None = None
+    sandbox: Sandbox, item: Params, *, default_quantity: int | None = None
 ) -> tuple[Obj, int | None]:
     """The price and quantity of one line; None for a metered price, which must not have one."""
     quantity = item.integer("quantity")
@@ -44,7 +46,7 @@ def resolve_line_item(
     if price_id is None and price_data is None:
         raise parameter_missing(item.param("price"))
     if price_id is not None:
-        p = sb.store.get("price", price_id)
+        p = sandbox.store.get("price", price_id)
         if p is None:
             raise resource_missing("price", price_id, param=item.param("price"))
         if not p["active"]:
@@ -54,9 +56,7 @@ def resolve_line_item(
             )
     else:
         assert price_data is not None
-        from .api_catalog import price_from_params
-
-        p = price_from_params(sb, price_data, inline=True)
+        p = price_from_params(sandbox, price_data, inline=True)
     if objects.is_metered(p):
         if item.has("quantity"):
             raise invalid_request(
@@ -74,8 +74,8 @@ def resolve_line_item(
     return p, quantity
 
 
-def create_session(sb: Sandbox, params: Params) -> Obj:
-    now = sb.now()
+def create_session(sandbox: Sandbox, params: Params) -> Obj:
+    now = sandbox.now()
     mode = params.enum("mode", ("payment", "subscription", "setup"), required=True)
     if mode == "setup":
         raise invalid_request("The Stripe sandbox does not implement `mode=setup`.", param="mode")
@@ -84,8 +84,8 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
         raise invalid_request(
             f"The Stripe sandbox only implements hosted Checkout, not ui_mode={ui_mode}.", param="ui_mode"
         )
-    success_url = _url_param(params, "success_url")
-    cancel_url = _url_param(params, "cancel_url")
+    success_url = url_param(params, "success_url")
+    cancel_url = url_param(params, "cancel_url")
     customer_id = params.string("customer")
     customer_email = params.string("customer_email")
     if customer_id is not None and customer_email is not None:
@@ -93,13 +93,13 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
             "You may only specify one of these parameters: customer, customer_email.", param="customer_email"
         )
     if customer_id is not None:
-        customer = sb.store.get("customer", customer_id)
+        customer = sandbox.store.get("customer", customer_id)
         if customer is None or customer.get("deleted"):
             raise resource_missing("customer", customer_id, param="customer")
     items = params.sub_list("line_items")
     if not items:
         raise parameter_missing("line_items")
-    resolved = [resolve_line_item(sb, item) for item in items]
+    resolved = [resolve_line_item(sandbox, item) for item in items]
     currencies = {p["currency"] for p, _ in resolved}
     if len(currencies) > 1:
         raise invalid_request("All prices must be in the same currency.", param="line_items")
@@ -117,7 +117,7 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
         )
     expires_at = params.integer("expires_at")
     if expires_at is None:
-        expires_at = now + sb.config.checkout_session_ttl
+        expires_at = now + sandbox.config.checkout_session_ttl
     elif expires_at < now + 30 * 60:
         raise invalid_request(
             "The `expires_at` timestamp must be at least 30 minutes from Checkout Session creation.",
@@ -137,9 +137,7 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
             raise invalid_request(
                 "You can not pass `subscription_data` in `payment` mode.", param="subscription_data"
             )
-        from .api_subscriptions import trial_end_of
-
-        trial_end_of(sb, sub_data, now=now)  # validated now, counted from payment
+        trial_end_of(sandbox, sub_data, now=now)  # validated now, counted from payment
         trial_days = sub_data.integer("trial_period_days")
         trial_end = sub_data.integer("trial_end")
         sub_metadata = sub_data.metadata() or {}
@@ -154,7 +152,7 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
     session = objects.checkout_session(
         id_=session_id,
         now=now,
-        url=f"{sb.config.public_base_url.rstrip('/')}/c/pay/{session_id}",
+        url=f"{sandbox.config.public_base_url.rstrip('/')}/c/pay/{session_id}",
         mode=str(mode),
         customer_id=customer_id,
         customer_email=customer_email,
@@ -168,8 +166,8 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
         customer_creation=customer_creation or ("if_required" if mode == "payment" else None),
         locale=params.string("locale"),
     )
-    sb.store.put(session)
-    sb.store.priv(session_id).update(
+    sandbox.store.put(session)
+    sandbox.store.priv(session_id).update(
         line_items=[{"id": new_id("li"), "price": p["id"], "quantity": q} for p, q in resolved],
         subscription_metadata=sub_metadata,
         trial_days=trial_days,
@@ -179,21 +177,21 @@ def create_session(sb: Sandbox, params: Params) -> Obj:
     return session
 
 
-def line_items(sb: Sandbox, session: Obj) -> list[Obj]:
+def line_items(sandbox: Sandbox, session: Obj) -> list[Obj]:
     result = []
-    for entry in sb.store.priv(session["id"])["line_items"]:
-        p = sb.get("price", entry["price"])
-        product = sb.store.get("product", p["product"])
+    for entry in sandbox.store.priv(session["id"])["line_items"]:
+        p = sandbox.get("price", entry["price"])
+        product = sandbox.store.get("product", p["product"])
         name = product["name"] if product else p["product"]
         result.append(
             objects.checkout_line_item(
-                id_=entry["id"], p=sb.snapshot(p), product_name=name, quantity=entry["quantity"]
+                id_=entry["id"], p=sandbox.snapshot(p), product_name=name, quantity=entry["quantity"]
             )
         )
     return result
 
 
-def expire_session(sb: Sandbox, session: Obj) -> Obj:
+def expire_session(sandbox: Sandbox, session: Obj) -> Obj:
     if session["status"] != "open":
         raise invalid_request(
             f'Only Checkout Sessions with a status in ["open"] can be expired. This session has a status '
@@ -201,26 +199,24 @@ def expire_session(sb: Sandbox, session: Obj) -> Obj:
             param="session",
         )
     session.update(status="expired", url=None)
-    sb.emit("checkout.session.expired", session)
+    sandbox.emit("checkout.session.expired", session)
     return session
 
 
 def pay_session(
-    sb: Sandbox, session: Obj, *, email: str, name: str, number: str, expiry: str, cvc: str
+    sandbox: Sandbox, session: Obj, *, email: str, name: str, number: str, expiry: str, cvc: str
 ) -> Obj:
     """What pressing "Subscribe"/"Pay" does. Raises `Decline` with a customer-facing message."""
-    with sb.on_clock(sb.clock_of(session["customer"])):
-        return _pay_session(sb, session, email=email, name=name, number=number, expiry=expiry, cvc=cvc)
+    with sandbox.on_clock(sandbox.clock_of(session["customer"])):
+        return _pay_session(sandbox, session, email=email, name=name, number=number, expiry=expiry, cvc=cvc)
 
 
 def _pay_session(
-    sb: Sandbox, session: Obj, *, email: str, name: str, number: str, expiry: str, cvc: str
+    sandbox: Sandbox, session: Obj, *, email: str, name: str, number: str, expiry: str, cvc: str
 ) -> Obj:
     if session["status"] != "open":
         raise Decline("session_inactive", None, "This Checkout Session is no longer active.")
-    today = sb.now()
-    import datetime as dt
-
+    today = sandbox.now()
     moment = dt.datetime.fromtimestamp(today, dt.UTC)
     if not email or "@" not in email:
         raise Decline("email_invalid", None, "Your email address is invalid.", "email")
@@ -230,48 +226,48 @@ def _pay_session(
     decline = decline_of(card)
     if decline is not None:
         raise decline  # declined before anything is created: Stripe shows the error, nothing else changes
-    customer = sb.store.get("customer", session["customer"] or "")
-    private = sb.store.priv(session["id"])
+    customer = sandbox.store.get("customer", session["customer"] or "")
+    private = sandbox.store.priv(session["id"])
     if customer is None and (session["mode"] == "subscription" or session["customer_creation"] == "always"):
-        from .api_catalog import new_customer
-
-        customer = new_customer(sb, email=email, name=name, phone=None, description=None, metadata={})
-    pm = payments.create_payment_method(sb, card, customer["id"] if customer else None, email, name)
+        customer = new_customer(sandbox, email=email, name=name, phone=None, description=None, metadata={})
+    payment_method = payments.create_payment_method(
+        sandbox, card, customer["id"] if customer else None, email, name
+    )
     # Paying happens after the hosted page's 3-D Secure challenge (or the test helper's
     # `three_d_secure=complete`), so a card that asks for it is authenticated by now.
-    sb.store.priv(pm["id"])["authenticated"] = True
+    sandbox.store.priv(payment_method["id"])["authenticated"] = True
     if customer is not None:
-        sb.emit("payment_method.attached", pm)
-    before = sb.snapshot(session)
-    items = [(sb.get("price", e["price"]), e["quantity"]) for e in private["line_items"]]
+        sandbox.emit("payment_method.attached", payment_method)
+    before = sandbox.snapshot(session)
+    items = [(sandbox.get("price", e["price"]), e["quantity"]) for e in private["line_items"]]
     if session["mode"] == "subscription":
         assert customer is not None
         trial_days = private.get("trial_days")
         trial_end = private.get("trial_end")
         if trial_days is not None:
             trial_end = today + int(trial_days) * 86400
-        sub, invoice = billing.start_subscription(
-            sb,
+        subscription, invoice = billing.start_subscription(
+            sandbox,
             customer=customer,
             recurring_items=[(p, q) for p, q in items if p["recurring"]],
             one_time_items=[(p, int(q)) for p, q in items if not p["recurring"]],
             metadata=dict(private["subscription_metadata"]),
-            pm=pm,
+            payment_method=payment_method,
             trial_end=trial_end,
         )
-        session.update(subscription=sub["id"], invoice=invoice["id"])
+        session.update(subscription=subscription["id"], invoice=invoice["id"])
     else:
-        pi, _ch = payments.charge_card(
-            sb,
+        payment_intent, _charge = payments.charge_card(
+            sandbox,
             amount=session["amount_total"],
             currency=session["currency"],
             customer_id=customer["id"] if customer else None,
-            pm=pm,
+            payment_method=payment_method,
             description=None,
             decline=None,
             metadata=dict(private["payment_intent_metadata"]),
         )
-        session["payment_intent"] = pi["id"]
+        session["payment_intent"] = payment_intent["id"]
     session.update(
         status="complete",
         payment_status="paid",
@@ -280,7 +276,7 @@ def _pay_session(
         customer_details=objects.customer_details(email, name),
     )
     del before
-    sb.emit("checkout.session.completed", session)
+    sandbox.emit("checkout.session.completed", session)
     return session
 
 

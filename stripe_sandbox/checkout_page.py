@@ -14,30 +14,29 @@ from starlette.responses import RedirectResponse, Response
 
 from . import checkout
 from .cards import CHALLENGE_CARDS, Decline
+from .clocks import advance_to
 from .pages import esc, money, page, read_form
 from .sandbox import Sandbox
 
 
 def _sandbox(request: Request) -> Sandbox:
-    sb: Sandbox = request.app.state.sandbox
-    from .billing import advance_to
-
-    advance_to(sb, sb.now())
-    return sb
+    sandbox: Sandbox = request.app.state.sandbox
+    advance_to(sandbox, sandbox.now())
+    return sandbox
 
 
 def _render(
-    sb: Sandbox,
+    sandbox: Sandbox,
     session: dict[str, object],
     *,
     error: Decline | None = None,
     values: dict[str, str] | None = None,
 ) -> Response:
     values = values or {}
-    items = checkout.line_items(sb, session)
+    items = checkout.line_items(sandbox, session)
     customer_email = None
     if session["customer"]:
-        customer = sb.store.get("customer", str(session["customer"]))
+        customer = sandbox.store.get("customer", str(session["customer"]))
         customer_email = customer.get("email") if customer else None
     email = values.get("email") or customer_email or session["customer_email"] or ""
     readonly = " readonly" if (customer_email or session["customer_email"]) else ""
@@ -106,24 +105,24 @@ def _inactive(session: dict[str, object] | None) -> Response:
 
 
 async def show(request: Request) -> Response:
-    sb = _sandbox(request)
-    session = sb.store.get("checkout.session", request.path_params["id"])
+    sandbox = _sandbox(request)
+    session = sandbox.store.get("checkout.session", request.path_params["id"])
     if session is None or session["status"] != "open":
         return _inactive(session)
-    return _render(sb, session)
+    return _render(sandbox, session)
 
 
 async def submit(request: Request) -> Response:
-    sb = _sandbox(request)
-    session = sb.store.get("checkout.session", request.path_params["id"])
+    sandbox = _sandbox(request)
+    session = sandbox.store.get("checkout.session", request.path_params["id"])
     if session is None or session["status"] != "open":
         return _inactive(session)
     form = await read_form(request)
     values = {k: form.get(k, "") for k in ("email", "cardNumber", "cardExpiry", "cardCvc", "billingName")}
     if needs_challenge(values["cardNumber"]):
-        sb.store.priv(str(session["id"]))["pending_3ds"] = values
+        sandbox.store.priv(str(session["id"]))["pending_3ds"] = values
         return _challenge(session)
-    return _pay(sb, session, values)
+    return _pay(sandbox, session, values)
 
 
 AUTHENTICATION_FAILED = Decline(
@@ -136,7 +135,7 @@ AUTHENTICATION_FAILED = Decline(
 
 def needs_challenge(number: str) -> bool:
     """A 3-D Secure test card: the customer is shown the challenge before paying."""
-    digits = "".join(ch for ch in number if not ch.isspace())
+    digits = "".join(charge for charge in number if not charge.isspace())
     return digits in CHALLENGE_CARDS
 
 
@@ -158,24 +157,24 @@ def _challenge(session: dict[str, object]) -> Response:
 
 async def submit_challenge(request: Request) -> Response:
     """The customer's answer to the 3-D Secure challenge shown for this session."""
-    sb = _sandbox(request)
-    session = sb.store.get("checkout.session", request.path_params["id"])
+    sandbox = _sandbox(request)
+    session = sandbox.store.get("checkout.session", request.path_params["id"])
     if session is None or session["status"] != "open":
         return _inactive(session)
-    values = sb.store.priv(str(session["id"])).pop("pending_3ds", None)
+    values = sandbox.store.priv(str(session["id"])).pop("pending_3ds", None)
     if values is None:
         return RedirectResponse(f"../{session['id']}", status_code=303)
     if (await read_form(request)).get("action") != "complete":
         return _render(
-            sb, session, error=AUTHENTICATION_FAILED, values={**values, "cardNumber": "", "cardCvc": ""}
+            sandbox, session, error=AUTHENTICATION_FAILED, values={**values, "cardNumber": "", "cardCvc": ""}
         )
-    return _pay(sb, session, values)
+    return _pay(sandbox, session, values)
 
 
-def _pay(sb: Sandbox, session: dict[str, object], values: dict[str, str]) -> Response:
+def _pay(sandbox: Sandbox, session: dict[str, object], values: dict[str, str]) -> Response:
     try:
         checkout.pay_session(
-            sb,
+            sandbox,
             session,
             email=values["email"].strip(),
             name=values["billingName"],
@@ -184,8 +183,8 @@ def _pay(sb: Sandbox, session: dict[str, object], values: dict[str, str]) -> Res
             cvc=values["cardCvc"].strip(),
         )
     except Decline as decline:
-        return _render(sb, session, error=decline, values={**values, "cardNumber": "", "cardCvc": ""})
-    sb.save()
+        return _render(sandbox, session, error=decline, values={**values, "cardNumber": "", "cardCvc": ""})
+    sandbox.save()
     target = checkout.success_redirect(session)
     if target is None:
         return page("Checkout", "<h1>Thanks for your order</h1><p>Your payment succeeded.</p>")

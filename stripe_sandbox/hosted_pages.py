@@ -20,14 +20,14 @@ Obj = dict[str, Any]
 
 
 def _find(request: Request, kind: str, page_kind: str) -> tuple[Sandbox, Obj | None]:
-    sb: Sandbox = request.app.state.sandbox
-    obj = sb.store.get(kind, request.path_params["id"])
+    sandbox: Sandbox = request.app.state.sandbox
+    obj = sandbox.store.get(kind, request.path_params["id"])
     if obj is None:
-        return sb, None
-    expected = str(sb.store.priv(str(obj["id"])).get(f"{page_kind}_secret") or "")
+        return sandbox, None
+    expected = str(sandbox.store.priv(str(obj["id"])).get(f"{page_kind}_secret") or "")
     if not expected or not hmac.compare_digest(expected, request.path_params["secret"]):
-        return sb, None
-    return sb, obj
+        return sandbox, None
+    return sandbox, obj
 
 
 def _date(timestamp: int) -> str:
@@ -39,37 +39,40 @@ def _gone() -> Response:
 
 
 async def receipt(request: Request) -> Response:
-    _sb, ch = _find(request, "charge", "receipts")
-    if ch is None:
+    _sandbox, charge = _find(request, "charge", "receipts")
+    if charge is None:
         return _gone()
-    card = ch["payment_method_details"]["card"]
+    card = charge["payment_method_details"]["card"]
     refunded = (
-        f"<p data-testid=refunded>Refunded {esc(money(ch['amount_refunded'], ch['currency']))}</p>"
-        if ch["amount_refunded"]
+        f"<p data-testid=refunded>Refunded {esc(money(charge['amount_refunded'], charge['currency']))}</p>"
+        if charge["amount_refunded"]
         else ""
     )
     body = (
-        f"<h1>Receipt</h1><p class=amount data-testid=amount>{esc(money(ch['amount'], ch['currency']))}</p>"
-        f"<p>Paid {esc(_date(ch['created']))} with {esc(card['brand'])} •••• {esc(card['last4'])}</p>"
-        f"<p>{esc(ch['description'] or '')}</p>{refunded}<p><small>Receipt for {esc(ch['id'])}</small></p>"
+        f"<h1>Receipt</h1><p class=amount "
+        f"data-testid=amount>{esc(money(charge['amount'], charge['currency']))}</p>"
+        f"<p>Paid {esc(_date(charge['created']))} with {esc(card['brand'])} •••• {esc(card['last4'])}</p>"
+        f"<p>{esc(charge['description'] or '')}</p>{refunded}<p><small>Receipt "
+        f"for {esc(charge['id'])}</small></p>"
     )
     return page("Receipt", body)
 
 
 async def invoice(request: Request) -> Response:
-    _sb, inv = _find(request, "invoice", "i")
-    if inv is None:
+    _sandbox, invoice = _find(request, "invoice", "i")
+    if invoice is None:
         return _gone()
     rows = "".join(
         f"<li>{esc(line['description'])} — {esc(money(line['amount'], line['currency']))}</li>"
-        for line in inv["lines"]["data"]
+        for line in invoice["lines"]["data"]
     )
-    footer = f"<p data-testid=footer>{esc(inv['footer'])}</p>" if inv.get("footer") else ""
+    footer = f"<p data-testid=footer>{esc(invoice['footer'])}</p>" if invoice.get("footer") else ""
     body = (
-        f"<h1>Invoice {esc(inv['number'])}</h1>"
-        f"<p class=amount data-testid=amount>{esc(money(inv['amount_due'], inv['currency']))}</p>"
-        f"<p data-testid=status>Status: {esc(inv['status'])}</p>"
-        f"<p>Issued {esc(_date(inv['created']))} to {esc(inv['customer_email'] or inv['customer'])}</p>"
+        f"<h1>Invoice {esc(invoice['number'])}</h1>"
+        f"<p class=amount data-testid=amount>{esc(money(invoice['amount_due'], invoice['currency']))}</p>"
+        f"<p data-testid=status>Status: {esc(invoice['status'])}</p>"
+        f"<p>Issued {esc(_date(invoice['created']))} to "
+        f"{esc(invoice['customer_email'] or invoice['customer'])}</p>"
         f"<ul>{rows}</ul>{footer}"
     )
     return page("Invoice", body)

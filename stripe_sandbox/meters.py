@@ -17,7 +17,7 @@ import re
 import uuid
 from typing import Any
 
-from . import objects_meters as om
+from . import objects_meters as objects_meters
 from .errors import StripeError, invalid_request
 from .sandbox import Sandbox
 
@@ -30,59 +30,64 @@ FORMULAS = ("count", "last", "sum")
 _WHOLE = re.compile(r"^-?\d{1,15}$")
 
 
-def active_meter(sb: Sandbox, event_name: str) -> Obj | None:
+def active_meter(sandbox: Sandbox, event_name: str) -> Obj | None:
     return next(
         (
             m
-            for m in sb.store.objects["billing.meter"].values()
+            for m in sandbox.store.objects["billing.meter"].values()
             if m["event_name"] == event_name and m["status"] == "active"
         ),
         None,
     )
 
 
-def _customer_now(sb: Sandbox, customer_id: str | None) -> int:
+def _customer_now(sandbox: Sandbox, customer_id: str | None) -> int:
     """Now, as the customer the event is for sees it (its test clock's time, if it has one)."""
-    with sb.on_clock(sb.clock_of(customer_id)):
-        return sb.now()
+    with sandbox.on_clock(sandbox.clock_of(customer_id)):
+        return sandbox.now()
 
 
-def _full(sb: Sandbox) -> StripeError:
+def _full(sandbox: Sandbox) -> StripeError:
     return StripeError(
         400,
-        f"The sandbox keeps at most {sb.config.meter_event_limit} meter events "
+        f"The sandbox keeps at most {sandbox.config.meter_event_limit} meter events "
         "(SandboxConfig.meter_event_limit); this one was not recorded.",
     )
 
 
-def _check_identifier(sb: Sandbox, identifier: str, now: int) -> None:
+def _check_identifier(sandbox: Sandbox, identifier: str, now: int) -> None:
     """Stripe's rolling 24-hour uniqueness; identifiers older than that are forgotten when the
     table is full, and a table still full of fresh ones refuses the event."""
-    seen = sb.store.meter_identifiers
+    seen = sandbox.store.meter_identifiers
     first = seen.get(identifier)
     if first is not None and now - first < IDENTIFIER_WINDOW:
         raise invalid_request(f"An event already exists with identifier {identifier}.", param="identifier")
-    if len(seen) >= sb.config.meter_event_limit:
+    if len(seen) >= sandbox.config.meter_event_limit:
         for key in [k for k, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
             del seen[key]
-        if len(seen) >= sb.config.meter_event_limit:
-            raise _full(sb)
+        if len(seen) >= sandbox.config.meter_event_limit:
+            raise _full(sandbox)
 
 
-def _report(sb: Sandbox, code: str, message: str, event: Obj, meter_id: str | None) -> None:
-    sb.meter_errors.append(
+def _report(sandbox: Sandbox, code: str, message: str, event: Obj, meter_id: str | None) -> None:
+    sandbox.meter_errors.append(
         {"code": code, "message": message, "meter": meter_id, "identifier": event["identifier"]}
     )
 
 
 def record_event(
-    sb: Sandbox, *, event_name: str, payload: dict[str, str], identifier: str | None, timestamp: int | None
+    sandbox: Sandbox,
+    *,
+    event_name: str,
+    payload: dict[str, str],
+    identifier: str | None,
+    timestamp: int | None,
 ) -> Obj:
     """`billing.meter_events.create`: validate now, aggregate (or drop with an error report) now."""
-    meter = active_meter(sb, event_name)
+    meter = active_meter(sandbox, event_name)
     customer_key = meter["customer_mapping"]["event_payload_key"] if meter else "stripe_customer_id"
     customer_id = payload.get(customer_key)
-    now = _customer_now(sb, customer_id)
+    now = _customer_now(sandbox, customer_id)
     if timestamp is None:
         timestamp = now
     elif timestamp < now - PAST_WINDOW:
@@ -97,48 +102,54 @@ def record_event(
             f"or equal to {now + FUTURE_WINDOW}.",
             param="timestamp",
         )
-    created = sb.now()
+    created = sandbox.now()
     if identifier is None:
         identifier = str(uuid.uuid4())
-    _check_identifier(sb, identifier, created)
-    stored = sum(len(rows) for rows in sb.store.meter_events.values())
-    if stored >= sb.config.meter_event_limit:
-        raise _full(sb)
-    sb.store.meter_identifiers[identifier] = created
-    event = om.meter_event(
+    _check_identifier(sandbox, identifier, created)
+    stored = sum(len(rows) for rows in sandbox.store.meter_events.values())
+    if stored >= sandbox.config.meter_event_limit:
+        raise _full(sandbox)
+    sandbox.store.meter_identifiers[identifier] = created
+    event = objects_meters.meter_event(
         now=created, event_name=event_name, identifier=identifier, payload=payload, timestamp=timestamp
     )
-    _aggregate(sb, meter, event, customer_key)
+    _aggregate(sandbox, meter, event, customer_key)
     return event
 
 
-def _aggregate(sb: Sandbox, meter: Obj | None, event: Obj, customer_key: str) -> None:
+def _aggregate(sandbox: Sandbox, meter: Obj | None, event: Obj, customer_key: str) -> None:
     """Stripe's asynchronous half: attach the event to its meter and customer, or report why not."""
     payload: dict[str, str] = event["payload"]
     if meter is None:
         inactive = any(
-            m["event_name"] == event["event_name"] for m in sb.store.objects["billing.meter"].values()
+            m["event_name"] == event["event_name"] for m in sandbox.store.objects["billing.meter"].values()
         )
         if inactive:
-            _report(sb, "archived_meter", "The meter for this event is deactivated.", event, None)
+            _report(sandbox, "archived_meter", "The meter for this event is deactivated.", event, None)
         else:
             _report(
-                sb, "no_meter", f"No active meter found for event name {event['event_name']}.", event, None
+                sandbox,
+                "no_meter",
+                f"No active meter found for event name {event['event_name']}.",
+                event,
+                None,
             )
         return
     customer_id = payload.get(customer_key)
     if customer_id is None:
         _report(
-            sb,
+            sandbox,
             "meter_event_no_customer_defined",
             f"The payload has no `{customer_key}`.",
             event,
             meter["id"],
         )
         return
-    customer = sb.store.get("customer", customer_id)
+    customer = sandbox.store.get("customer", customer_id)
     if customer is None or customer.get("deleted"):
-        _report(sb, "meter_event_customer_not_found", f"No such customer: {customer_id}", event, meter["id"])
+        _report(
+            sandbox, "meter_event_customer_not_found", f"No such customer: {customer_id}", event, meter["id"]
+        )
         return
     value = 1
     if meter["default_aggregation"]["formula"] != "count":
@@ -146,12 +157,16 @@ def _aggregate(sb: Sandbox, meter: Obj | None, event: Obj, customer_key: str) ->
         raw = payload.get(value_key)
         if raw is None:
             _report(
-                sb, "meter_event_value_not_found", f"The payload has no `{value_key}`.", event, meter["id"]
+                sandbox,
+                "meter_event_value_not_found",
+                f"The payload has no `{value_key}`.",
+                event,
+                meter["id"],
             )
             return
         if not _WHOLE.match(raw):
             _report(
-                sb,
+                sandbox,
                 "meter_event_invalid_value",
                 f"`{value_key}` must be a whole number: {raw}",
                 event,
@@ -159,14 +174,14 @@ def _aggregate(sb: Sandbox, meter: Obj | None, event: Obj, customer_key: str) ->
             )
             return
         value = int(raw)
-    rows = sb.store.meter_events.setdefault(meter["id"], [])
+    rows = sandbox.store.meter_events.setdefault(meter["id"], [])
     rows.append([event["timestamp"], value, customer_id, event["created"]])
 
 
-def _rows(sb: Sandbox, meter: Obj, customer_id: str, start: int, end: int) -> list[list[Any]]:
+def _rows(sandbox: Sandbox, meter: Obj, customer_id: str, start: int, end: int) -> list[list[Any]]:
     return [
         row
-        for row in sb.store.meter_events.get(meter["id"], [])
+        for row in sandbox.store.meter_events.get(meter["id"], [])
         if row[2] == customer_id and start <= row[0] < end
     ]
 
@@ -182,9 +197,9 @@ def _combine(formula: str, rows: list[list[Any]]) -> int:
     return sum(int(row[1]) for row in rows)
 
 
-def usage(sb: Sandbox, meter: Obj, customer_id: str, start: int, end: int) -> int:
+def usage(sandbox: Sandbox, meter: Obj, customer_id: str, start: int, end: int) -> int:
     """The meter's aggregate for one customer over `[start, end)`."""
-    return _combine(meter["default_aggregation"]["formula"], _rows(sb, meter, customer_id, start, end))
+    return _combine(meter["default_aggregation"]["formula"], _rows(sandbox, meter, customer_id, start, end))
 
 
 def summary_id(meter_id: str, customer_id: str, start: int, end: int) -> str:
@@ -194,19 +209,19 @@ def summary_id(meter_id: str, customer_id: str, start: int, end: int) -> str:
 
 
 def summaries(
-    sb: Sandbox, meter: Obj, customer_id: str, start: int, end: int, window: int | None
+    sandbox: Sandbox, meter: Obj, customer_id: str, start: int, end: int, window: int | None
 ) -> list[Obj]:
     """One summary for `[start, end)`, or one per `window` seconds, newest first as Stripe lists them."""
     step = end - start if window is None else window
     buckets: dict[int, list[list[Any]]] = {}
-    for row in _rows(sb, meter, customer_id, start, end):  # arrival order is kept within a bucket
+    for row in _rows(sandbox, meter, customer_id, start, end):  # arrival order is kept within a bucket
         buckets.setdefault((int(row[0]) - start) // step, []).append(row)
     formula = meter["default_aggregation"]["formula"]
     result = []
     for index in reversed(range((end - start + step - 1) // step)):
         s, e = start + index * step, min(start + (index + 1) * step, end)
         result.append(
-            om.meter_event_summary(
+            objects_meters.meter_event_summary(
                 id_=summary_id(meter["id"], customer_id, s, e),
                 meter_id=meter["id"],
                 start=s,

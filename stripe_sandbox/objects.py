@@ -116,7 +116,7 @@ def is_metered(p: Obj) -> bool:
 
 def plan_from_price(p: Obj) -> Obj:
     """The legacy `plan` mirror that subscription items still carry next to `price`."""
-    rec = p["recurring"] or recurring("month", 1)
+    recurring_object = p["recurring"] or recurring("month", 1)
     return {
         "id": p["id"],
         "object": "plan",
@@ -126,17 +126,17 @@ def plan_from_price(p: Obj) -> Obj:
         "billing_scheme": "per_unit",
         "created": p["created"],
         "currency": p["currency"],
-        "interval": rec["interval"],
-        "interval_count": rec["interval_count"],
+        "interval": recurring_object["interval"],
+        "interval_count": recurring_object["interval_count"],
         "livemode": False,
         "metadata": p["metadata"],
-        "meter": rec["meter"],
+        "meter": recurring_object["meter"],
         "nickname": p["nickname"],
         "product": p["product"],
         "tiers_mode": None,
         "transform_usage": None,
         "trial_period_days": None,
-        "usage_type": rec["usage_type"],
+        "usage_type": recurring_object["usage_type"],
     }
 
 

@@ -14,7 +14,7 @@ from .objects import Obj, list_envelope, plan_from_price
 
 
 def subscription_item(
-    *, id_: str, now: int, sub_id: str, p: Obj, quantity: int | None, start: int, end: int
+    *, id_: str, now: int, subscription_id: str, p: Obj, quantity: int | None, start: int, end: int
 ) -> Obj:
     """An item; one with a metered price has no `quantity` at all, as on Stripe."""
     item: Obj = {
@@ -29,7 +29,7 @@ def subscription_item(
         "plan": plan_from_price(p),
         "price": p,
         "quantity": quantity,
-        "subscription": sub_id,
+        "subscription": subscription_id,
         "tax_rates": [],
     }
     if quantity is None:
@@ -96,7 +96,14 @@ def subscription(
 
 
 def invoice_line(
-    *, id_: str, invoice_id: str, item: Obj, sub_id: str, start: int, end: int, usage: int | None = None
+    *,
+    id_: str,
+    invoice_id: str,
+    item: Obj,
+    subscription_id: str,
+    start: int,
+    end: int,
+    usage: int | None = None,
 ) -> Obj:
     """A line for `item` over `[start, end)`: its quantity, or for a metered item the `usage` its
     meter counted (none yet: 0)."""
@@ -121,7 +128,7 @@ def invoice_line(
                 "invoice_item": None,
                 "proration": False,
                 "proration_details": {"credited_items": None},
-                "subscription": sub_id,
+                "subscription": subscription_id,
                 "subscription_item": item["id"],
             },
             "type": "subscription_item_details",
@@ -135,7 +142,7 @@ def invoice_line(
         },
         "quantity": quantity,
         "quantity_decimal": str(quantity),
-        "subscription": sub_id,
+        "subscription": subscription_id,
         "subtotal": amount,
         "taxes": [],
     }
@@ -146,7 +153,7 @@ def invoice(
     id_: str,
     now: int,
     customer: Obj,
-    sub: Obj,
+    subscription: Obj,
     lines: list[Obj],
     billing_reason: str,
     number: str,
@@ -180,7 +187,7 @@ def invoice(
         "billing_reason": billing_reason,
         "collection_method": "charge_automatically",
         "created": now,
-        "currency": sub["currency"],
+        "currency": subscription["currency"],
         "custom_fields": None,
         "customer": customer["id"],
         "customer_account": None,
@@ -214,7 +221,10 @@ def invoice(
         "on_behalf_of": None,
         "parent": {
             "quote_details": None,
-            "subscription_details": {"metadata": dict(sub["metadata"]), "subscription": sub["id"]},
+            "subscription_details": {
+                "metadata": dict(subscription["metadata"]),
+                "subscription": subscription["id"],
+            },
             "type": "subscription_details",
         },
         "payment_settings": {

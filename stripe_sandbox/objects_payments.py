@@ -183,21 +183,23 @@ def charge(
     }
 
 
-def refund(*, id_: str, now: int, ch: Obj, amount: int, reason: str | None, metadata: dict[str, str]) -> Obj:
+def refund(
+    *, id_: str, now: int, charge: Obj, amount: int, reason: str | None, metadata: dict[str, str]
+) -> Obj:
     return {
         "id": id_,
         "object": "refund",
         "amount": amount,
         "balance_transaction": None,
-        "charge": ch["id"],
+        "charge": charge["id"],
         "created": now,
-        "currency": ch["currency"],
-        "customer": ch["customer"],
+        "currency": charge["currency"],
+        "customer": charge["customer"],
         "customer_account": None,
         "destination_details": {"card": {"type": "refund"}, "type": "card"},
         "metadata": metadata,
-        "payment_intent": ch["payment_intent"],
-        "payment_method": ch["payment_method"],
+        "payment_intent": charge["payment_intent"],
+        "payment_method": charge["payment_method"],
         "reason": reason,
         "receipt_number": None,
         "source_transfer_reversal": None,
@@ -206,7 +208,7 @@ def refund(*, id_: str, now: int, ch: Obj, amount: int, reason: str | None, meta
     }
 
 
-def dispute(*, id_: str, now: int, ch: Obj, reason: str, amount: int) -> Obj:
+def dispute(*, id_: str, now: int, charge: Obj, reason: str, amount: int) -> Obj:
     evidence_keys = [
         "access_activity_log",
         "billing_address",
@@ -243,9 +245,9 @@ def dispute(*, id_: str, now: int, ch: Obj, reason: str, amount: int) -> Obj:
         "object": "dispute",
         "amount": amount,
         "balance_transactions": [],
-        "charge": ch["id"],
+        "charge": charge["id"],
         "created": now,
-        "currency": ch["currency"],
+        "currency": charge["currency"],
         "enhanced_eligibility_types": [],
         "evidence": evidence,
         "evidence_details": {
@@ -258,7 +260,7 @@ def dispute(*, id_: str, now: int, ch: Obj, reason: str, amount: int) -> Obj:
         "is_charge_refundable": False,
         "livemode": False,
         "metadata": {},
-        "payment_intent": ch["payment_intent"],
+        "payment_intent": charge["payment_intent"],
         "payment_method_details": {
             "card": {"brand": "visa", "case_type": "chargeback", "network_reason_code": "10.4"},
             "type": "card",

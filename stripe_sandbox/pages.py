@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from service.money import format_amount
+from .money import format_amount
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;background:#f6f9fc;color:#1a1f36;margin:0}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import objects_payments as op
+from . import objects_payments as objects_payments
 from .cards import Decline, behaviour_of, decline_of, magic_card
 from .errors import StripeError, invalid_request, resource_missing
 from .ids import new_id, new_secret
@@ -14,47 +14,49 @@ Obj = dict[str, Any]
 
 
 def create_payment_method(
-    sb: Sandbox, card: Obj, customer_id: str | None, email: str | None, name: str | None
+    sandbox: Sandbox, card: Obj, customer_id: str | None, email: str | None, name: str | None
 ) -> Obj:
-    pm = op.payment_method(
-        id_=new_id("pm"), now=sb.now(), card=card, customer_id=customer_id, email=email, name=name
+    payment_method = objects_payments.payment_method(
+        id_=new_id("pm"), now=sandbox.now(), card=card, customer_id=customer_id, email=email, name=name
     )
-    sb.store.put(pm)
-    sb.store.priv(pm["id"])["card"] = card
-    return pm
+    sandbox.store.put(payment_method)
+    sandbox.store.priv(payment_method["id"])["card"] = card
+    return payment_method
 
 
-def resolve_payment_method(sb: Sandbox, pm_id: str, param: str, cache: dict[str, Obj]) -> Obj:
+def resolve_payment_method(
+    sandbox: Sandbox, payment_method_id: str, param: str, cache: dict[str, Obj]
+) -> Obj:
     """A PaymentMethod by id; a test id (`pm_card_visa`) makes a new one, once per request."""
-    if pm_id in cache:
-        return cache[pm_id]
-    card = magic_card(pm_id)
+    if payment_method_id in cache:
+        return cache[payment_method_id]
+    card = magic_card(payment_method_id)
     if card is not None:
-        pm = create_payment_method(sb, card, None, None, None)
-        cache[pm_id] = pm
-        return pm
-    found = sb.store.get("payment_method", pm_id)
+        payment_method = create_payment_method(sandbox, card, None, None, None)
+        cache[payment_method_id] = payment_method
+        return payment_method
+    found = sandbox.store.get("payment_method", payment_method_id)
     if found is None:
-        raise resource_missing("payment_method", pm_id, param=param)
+        raise resource_missing("payment_method", payment_method_id, param=param)
     return found
 
 
-def attach(sb: Sandbox, pm: Obj, customer_id: str) -> Obj:
+def attach(sandbox: Sandbox, payment_method: Obj, customer_id: str) -> Obj:
     """Attach to a customer, as Stripe does: a card that declines cannot be attached."""
-    if pm["customer"] == customer_id:
-        return pm
-    if pm["customer"] is not None:
+    if payment_method["customer"] == customer_id:
+        return payment_method
+    if payment_method["customer"] is not None:
         raise invalid_request(
             "The payment method you provided has already been attached to a customer.", param="payment_method"
         )
-    check_attachable(sb, pm)
-    pm["customer"] = customer_id
-    sb.emit("payment_method.attached", pm)
-    return pm
+    check_attachable(sandbox, payment_method)
+    payment_method["customer"] = customer_id
+    sandbox.emit("payment_method.attached", payment_method)
+    return payment_method
 
 
-def check_attachable(sb: Sandbox, pm: Obj) -> None:
-    card = sb.store.priv(pm["id"])["card"]
+def check_attachable(sandbox: Sandbox, payment_method: Obj) -> None:
+    card = sandbox.store.priv(payment_method["id"])["card"]
     decline = decline_of(card)
     if decline is not None and behaviour_of(card) != "fail_after_attach":
         raise StripeError(
@@ -67,24 +69,25 @@ def check_attachable(sb: Sandbox, pm: Obj) -> None:
         )
 
 
-def detach(sb: Sandbox, pm: Obj) -> Obj:
-    if pm["customer"] is None:
+def detach(sandbox: Sandbox, payment_method: Obj) -> Obj:
+    if payment_method["customer"] is None:
         raise invalid_request(
-            f"The payment method {pm['id']} is not attached to a customer.", param="payment_method"
+            f"The payment method {payment_method['id']} is not attached to a customer.",
+            param="payment_method",
         )
-    previous = {"customer": pm["customer"]}
-    pm["customer"] = None
-    sb.emit("payment_method.detached", pm, previous)
-    return pm
+    previous = {"customer": payment_method["customer"]}
+    payment_method["customer"] = None
+    sandbox.emit("payment_method.detached", payment_method, previous)
+    return payment_method
 
 
 def record_balance(
-    sb: Sandbox, *, amount: int, currency: str, fee: int, source: str, kind: str, description: str | None
+    sandbox: Sandbox, *, amount: int, currency: str, fee: int, source: str, kind: str, description: str | None
 ) -> str:
     """A balance transaction for money that moved; returns its id."""
-    txn = op.balance_transaction(
+    transaction = objects_payments.balance_transaction(
         id_=new_id("txn"),
-        now=sb.now(),
+        now=sandbox.now(),
         amount=amount,
         currency=currency,
         fee=fee,
@@ -92,155 +95,161 @@ def record_balance(
         kind=kind,
         description=description,
     )
-    sb.store.put(txn)
-    return str(txn["id"])
+    sandbox.store.put(transaction)
+    return str(transaction["id"])
 
 
-def page_url(sb: Sandbox, kind: str, object_id: str) -> str:
+def page_url(sandbox: Sandbox, kind: str, object_id: str) -> str:
     """A hosted page for one object (receipt, invoice), behind an unguessable secret."""
     secret = new_secret()
-    sb.store.priv(object_id)[f"{kind}_secret"] = secret
-    return f"{sb.config.public_base_url.rstrip('/')}/{kind}/{object_id}/{secret}"
+    sandbox.store.priv(object_id)[f"{kind}_secret"] = secret
+    return f"{sandbox.config.public_base_url.rstrip('/')}/{kind}/{object_id}/{secret}"
 
 
 def new_payment_intent(
-    sb: Sandbox,
+    sandbox: Sandbox,
     *,
     amount: int,
     currency: str,
     customer_id: str | None,
-    pm: Obj | None,
+    payment_method: Obj | None,
     description: str | None,
     metadata: dict[str, str] | None = None,
 ) -> Obj:
     """A PaymentIntent not yet confirmed; `payment_intent.created` carries it as it is now."""
-    pi = op.payment_intent(
+    payment_intent = objects_payments.payment_intent(
         id_=new_id("pi"),
-        now=sb.now(),
+        now=sandbox.now(),
         amount=amount,
         currency=currency,
         customer_id=customer_id,
         description=description,
     )
-    pi["metadata"] = dict(metadata or {})
-    if pm is not None:
-        pi.update(payment_method=pm["id"], status="requires_confirmation")
-    sb.store.put(pi)
-    sb.emit("payment_intent.created", pi)
-    return pi
+    payment_intent["metadata"] = dict(metadata or {})
+    if payment_method is not None:
+        payment_intent.update(payment_method=payment_method["id"], status="requires_confirmation")
+    sandbox.store.put(payment_intent)
+    sandbox.emit("payment_intent.created", payment_intent)
+    return payment_intent
 
 
-def needs_authentication(sb: Sandbox, pm: Obj) -> bool:
+def needs_authentication(sandbox: Sandbox, payment_method: Obj) -> bool:
     """A 3-D Secure card that was never authenticated by its holder."""
-    private = sb.store.priv(pm["id"])
+    private = sandbox.store.priv(payment_method["id"])
     return behaviour_of(private["card"]) == "authenticate" and not private.get("authenticated")
 
 
-def request_authentication(sb: Sandbox, pi: Obj, pm: Obj, return_url: str | None) -> Obj:
+def request_authentication(
+    sandbox: Sandbox, payment_intent: Obj, payment_method: Obj, return_url: str | None
+) -> Obj:
     """Leave `pi` in `requires_action`, with a link to the sandbox's 3-D Secure challenge page."""
     secret = new_secret()
-    sb.store.priv(pi["id"]).update(challenge=secret, return_url=return_url)
-    url = f"{sb.config.public_base_url.rstrip('/')}/3ds/{pi['id']}/{secret}"
-    pi.update(
-        payment_method=pm["id"],
+    sandbox.store.priv(payment_intent["id"]).update(challenge=secret, return_url=return_url)
+    url = f"{sandbox.config.public_base_url.rstrip('/')}/3ds/{payment_intent['id']}/{secret}"
+    payment_intent.update(
+        payment_method=payment_method["id"],
         status="requires_action",
         next_action={"type": "redirect_to_url", "redirect_to_url": {"url": url, "return_url": return_url}},
     )
-    sb.emit("payment_intent.requires_action", pi)
-    return pi
+    sandbox.emit("payment_intent.requires_action", payment_intent)
+    return payment_intent
 
 
-def confirm(sb: Sandbox, pi: Obj, pm: Obj, decline: Decline | None) -> Obj:
+def confirm(sandbox: Sandbox, payment_intent: Obj, payment_method: Obj, decline: Decline | None) -> Obj:
     """One charge attempt for `pi` with `pm`; returns the charge and emits what Stripe emits."""
-    now = sb.now()
-    card = sb.store.priv(pm["id"])["card"]
-    amount = int(pi["amount"])
+    now = sandbox.now()
+    card = sandbox.store.priv(payment_method["id"])["card"]
+    amount = int(payment_intent["amount"])
     failure = (
         None if decline is None else (decline.code, decline.decline_code or decline.code, decline.message)
     )
-    ch = op.charge(
+    charge = objects_payments.charge(
         id_=new_id("ch"),
         now=now,
         amount=amount,
-        currency=pi["currency"],
-        customer_id=pi["customer"],
-        payment_intent_id=pi["id"],
-        payment_method_id=pm["id"],
+        currency=payment_intent["currency"],
+        customer_id=payment_intent["customer"],
+        payment_intent_id=payment_intent["id"],
+        payment_method_id=payment_method["id"],
         card=card,
-        email=pm["billing_details"]["email"],
-        name=pm["billing_details"]["name"],
+        email=payment_method["billing_details"]["email"],
+        name=payment_method["billing_details"]["name"],
         failure=failure,
-        description=pi["description"],
+        description=payment_intent["description"],
     )
-    pi.update(latest_charge=ch["id"], payment_method=pm["id"], next_action=None)
+    payment_intent.update(latest_charge=charge["id"], payment_method=payment_method["id"], next_action=None)
     if decline is None:
-        pi.update(status="succeeded", amount_received=amount, last_payment_error=None)
+        payment_intent.update(status="succeeded", amount_received=amount, last_payment_error=None)
     else:
-        pi["last_payment_error"] = {
+        payment_intent["last_payment_error"] = {
             "type": "card_error",
             "code": decline.code,
             "decline_code": decline.decline_code,
             "message": decline.message,
-            "charge": ch["id"],
-            "payment_method": sb.snapshot(pm),
+            "charge": charge["id"],
+            "payment_method": sandbox.snapshot(payment_method),
         }
-        pi.update(payment_method=None, status="requires_payment_method")
+        payment_intent.update(payment_method=None, status="requires_payment_method")
     if decline is None:
-        ch["balance_transaction"] = record_balance(
-            sb,
+        charge["balance_transaction"] = record_balance(
+            sandbox,
             amount=amount,
-            currency=pi["currency"],
-            fee=op.card_fee(amount),
-            source=ch["id"],
+            currency=payment_intent["currency"],
+            fee=objects_payments.card_fee(amount),
+            source=charge["id"],
             kind="charge",
-            description=pi["description"],
+            description=payment_intent["description"],
         )
-        ch["receipt_url"] = page_url(sb, "receipts", ch["id"])
-    sb.store.put(ch)
+        charge["receipt_url"] = page_url(sandbox, "receipts", charge["id"])
+    sandbox.store.put(charge)
     if decline is None:
-        sb.emit("charge.succeeded", ch)
-        sb.emit("payment_intent.succeeded", pi)
+        sandbox.emit("charge.succeeded", charge)
+        sandbox.emit("payment_intent.succeeded", payment_intent)
         if behaviour_of(card) == "dispute":
-            open_dispute(sb, ch, "fraudulent")
+            open_dispute(sandbox, charge, "fraudulent")
     else:
-        sb.emit("charge.failed", ch)
-        sb.emit("payment_intent.payment_failed", pi)
-    return ch
+        sandbox.emit("charge.failed", charge)
+        sandbox.emit("payment_intent.payment_failed", payment_intent)
+    return charge
 
 
 def charge_card(
-    sb: Sandbox,
+    sandbox: Sandbox,
     *,
     amount: int,
     currency: str,
     customer_id: str | None,
-    pm: Obj,
+    payment_method: Obj,
     description: str | None,
     decline: Decline | None,
     metadata: dict[str, str] | None = None,
 ) -> tuple[Obj, Obj]:
     """A PaymentIntent with one charge attempt; emits the charge and payment_intent events."""
-    pi = new_payment_intent(
-        sb,
+    payment_intent = new_payment_intent(
+        sandbox,
         amount=amount,
         currency=currency,
         customer_id=customer_id,
-        pm=pm,
+        payment_method=payment_method,
         description=description,
         metadata=metadata,
     )
-    return pi, confirm(sb, pi, pm, decline)
+    return payment_intent, confirm(sandbox, payment_intent, payment_method, decline)
 
 
 def refund_charge(
-    sb: Sandbox, ch: Obj, amount: int | None, reason: str | None, metadata: dict[str, str]
+    sandbox: Sandbox, charge: Obj, amount: int | None, reason: str | None, metadata: dict[str, str]
 ) -> Obj:
-    remaining = ch["amount"] - ch["amount_refunded"]
-    if ch["status"] != "succeeded":
-        raise invalid_request(f"Charge {ch['id']} has not succeeded and cannot be refunded.", param="charge")
+    remaining = charge["amount"] - charge["amount_refunded"]
+    if charge["status"] != "succeeded":
+        raise invalid_request(
+            f"Charge {charge['id']} has not succeeded and cannot be refunded.", param="charge"
+        )
     if remaining <= 0:
         raise invalid_request(
-            f"Charge {ch['id']} has already been refunded.", code="charge_already_refunded", param="charge"
+            f"Charge {charge['id']} has already been refunded.",
+            code="charge_already_refunded",
+            param="charge",
         )
     amount = remaining if amount is None else amount
     if amount <= 0:
@@ -251,22 +260,24 @@ def refund_charge(
             param="amount",
             code="amount_too_large",
         )
-    refund = op.refund(id_=new_id("re"), now=sb.now(), ch=ch, amount=amount, reason=reason, metadata=metadata)
+    refund = objects_payments.refund(
+        id_=new_id("re"), now=sandbox.now(), charge=charge, amount=amount, reason=reason, metadata=metadata
+    )
     refund["balance_transaction"] = record_balance(
-        sb,
+        sandbox,
         amount=-amount,
-        currency=ch["currency"],
+        currency=charge["currency"],
         fee=0,
         source=refund["id"],
         kind="refund",
         description="REFUND FOR CHARGE",
     )
-    sb.store.put(refund)
-    before = sb.snapshot(ch)
-    ch["amount_refunded"] += amount
-    ch["refunded"] = ch["amount_refunded"] == ch["amount"]
-    sb.emit("refund.created", refund)
-    sb.emit("charge.refunded", ch, _charge_previous(before, ch))
+    sandbox.store.put(refund)
+    before = sandbox.snapshot(charge)
+    charge["amount_refunded"] += amount
+    charge["refunded"] = charge["amount_refunded"] == charge["amount"]
+    sandbox.emit("refund.created", refund)
+    sandbox.emit("charge.refunded", charge, _charge_previous(before, charge))
     return refund
 
 
@@ -274,58 +285,64 @@ def _charge_previous(before: Obj, after: Obj) -> Obj:
     return {k: before[k] for k in before if before[k] != after.get(k)}
 
 
-def open_dispute(sb: Sandbox, ch: Obj, reason: str) -> Obj:
-    if ch["status"] != "succeeded":
-        raise invalid_request(f"Charge {ch['id']} has not succeeded and cannot be disputed.", param="charge")
-    if ch["disputed"]:
-        raise invalid_request(f"Charge {ch['id']} is already disputed.", param="charge")
-    dispute = op.dispute(
-        id_=new_id("dp"), now=sb.now(), ch=ch, reason=reason, amount=ch["amount"] - ch["amount_refunded"]
+def open_dispute(sandbox: Sandbox, charge: Obj, reason: str) -> Obj:
+    if charge["status"] != "succeeded":
+        raise invalid_request(
+            f"Charge {charge['id']} has not succeeded and cannot be disputed.", param="charge"
+        )
+    if charge["disputed"]:
+        raise invalid_request(f"Charge {charge['id']} is already disputed.", param="charge")
+    dispute = objects_payments.dispute(
+        id_=new_id("dp"),
+        now=sandbox.now(),
+        charge=charge,
+        reason=reason,
+        amount=charge["amount"] - charge["amount_refunded"],
     )
     withdrawn = record_balance(
-        sb,
+        sandbox,
         amount=-dispute["amount"],
-        currency=ch["currency"],
+        currency=charge["currency"],
         fee=1500,
         source=dispute["id"],
         kind="adjustment",
-        description=f"Chargeback withdrawal for {ch['id']}",
+        description=f"Chargeback withdrawal for {charge['id']}",
     )
-    dispute["balance_transactions"] = [sb.snapshot(sb.get("balance_transaction", withdrawn))]
-    sb.store.put(dispute)
-    ch["disputed"] = True
-    sb.emit("charge.dispute.created", dispute)
+    dispute["balance_transactions"] = [sandbox.snapshot(sandbox.get("balance_transaction", withdrawn))]
+    sandbox.store.put(dispute)
+    charge["disputed"] = True
+    sandbox.emit("charge.dispute.created", dispute)
     return dispute
 
 
 DISPUTE_EVIDENCE = ("uncategorized_text", "product_description")
 
 
-def update_dispute(sb: Sandbox, dispute: Obj, evidence: dict[str, str], submit: bool) -> Obj:
+def update_dispute(sandbox: Sandbox, dispute: Obj, evidence: dict[str, str], submit: bool) -> Obj:
     """Evidence, and its submission; in test mode `winning_evidence` / `losing_evidence` as the
     uncategorized text decide the dispute at once, as on Stripe."""
     if dispute["status"] not in ("needs_response", "warning_needs_response"):
         raise invalid_request(f"This dispute is {dispute['status']} and can no longer be updated.")
-    before = sb.snapshot(dispute)
+    before = sandbox.snapshot(dispute)
     dispute["evidence"].update(evidence)
     dispute["evidence_details"]["has_evidence"] = any(dispute["evidence"].get(k) for k in DISPUTE_EVIDENCE)
     if submit:
         dispute["evidence_details"]["submission_count"] += 1
         dispute["status"] = "under_review"
-    sb.emit_updated("charge.dispute.updated", before, dispute)
+    sandbox.emit_updated("charge.dispute.updated", before, dispute)
     text = dispute["evidence"].get("uncategorized_text")
     if submit and text in ("winning_evidence", "losing_evidence"):
-        close_dispute(sb, dispute, "won" if text == "winning_evidence" else "lost")
+        close_dispute(sandbox, dispute, "won" if text == "winning_evidence" else "lost")
     return dispute
 
 
-def close_dispute(sb: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
+def close_dispute(sandbox: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
     if dispute["status"] in ("won", "lost"):
         raise invalid_request(f"This dispute is already closed ({dispute['status']}).")
     dispute["status"] = status
     if status == "won":
         reinstated = record_balance(
-            sb,
+            sandbox,
             amount=dispute["amount"],
             currency=dispute["currency"],
             fee=-1500,
@@ -333,6 +350,8 @@ def close_dispute(sb: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
             kind="adjustment",
             description=f"Chargeback reversal for {dispute['charge']}",
         )
-        dispute["balance_transactions"].append(sb.snapshot(sb.get("balance_transaction", reinstated)))
-    sb.emit("charge.dispute.closed", dispute)
+        dispute["balance_transactions"].append(
+            sandbox.snapshot(sandbox.get("balance_transaction", reinstated))
+        )
+    sandbox.emit("charge.dispute.closed", dispute)
     return dispute

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import objects_billing as ob
+from . import objects_billing as objects_billing
 from .errors import invalid_request, resource_missing
 from .forms import Params
 from .ids import new_id
@@ -23,14 +23,14 @@ Obj = dict[str, Any]
 PRORATION_BEHAVIORS = ("always_invoice", "create_prorations", "none")
 
 
-def _period(sub: Obj) -> tuple[int, int]:
-    item = sub["items"]["data"][0]
+def _period(subscription: Obj) -> tuple[int, int]:
+    item = subscription["items"]["data"][0]
     return int(item["current_period_start"]), int(item["current_period_end"])
 
 
-def _price(sb: Sandbox, params: Params, key: str, currency: str) -> Obj:
+def _price(sandbox: Sandbox, params: Params, key: str, currency: str) -> Obj:
     price_id = params.req_str(key)
-    price = sb.store.get("price", price_id)
+    price = sandbox.store.get("price", price_id)
     if price is None:
         raise resource_missing("price", price_id, param=params.param(key))
     if not price["active"]:
@@ -50,13 +50,13 @@ def _price(sb: Sandbox, params: Params, key: str, currency: str) -> Obj:
     return price
 
 
-def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
+def planned_items(sandbox: Sandbox, subscription: Obj, changes: list[Params]) -> list[Obj]:
     """The subscription's items after `items=[...]` (by `id`: change or `deleted`; without: add),
     validated, as new dicts; the subscription itself is not touched."""
-    items = [dict(item) for item in sub["items"]["data"]]
+    items = [dict(item) for item in subscription["items"]["data"]]
     by_id = {item["id"]: item for item in items}
-    start, end = _period(sub)
-    interval = sub["items"]["data"][0]["price"]["recurring"]
+    start, end = _period(subscription)
+    interval = subscription["items"]["data"][0]["price"]["recurring"]
     for change in changes:
         item_id = change.string("id")
         if item_id is not None and item_id not in by_id:
@@ -64,7 +64,7 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
                 f"Subscription item {item_id} does not belong to this subscription.", param=change.param("id")
             )
         touched = by_id[item_id]["price"] if item_id is not None else None
-        new_price = sb.store.get("price", change.string("price") or "")
+        new_price = sandbox.store.get("price", change.string("price") or "")
         metered_new = new_price is not None and is_metered(new_price)
         if (touched is not None and is_metered(touched)) or (metered_new and item_id is not None):
             raise invalid_request(
@@ -86,12 +86,12 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
                 "This value must be greater than or equal to 1.", param=change.param("quantity")
             )
         if item_id is None:
-            price = _price(sb, change, "price", sub["currency"])
+            price = _price(sandbox, change, "price", subscription["currency"])
             items.append(
-                ob.subscription_item(
+                objects_billing.subscription_item(
                     id_=new_id("si"),
-                    now=sb.now(),
-                    sub_id=sub["id"],
+                    now=sandbox.now(),
+                    subscription_id=subscription["id"],
                     p=price,
                     quantity=None if is_metered(price) else quantity or 1,
                     start=start,
@@ -101,7 +101,7 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
             continue
         item = by_id[item_id]
         if change.has("price"):
-            item["price"] = _price(sb, change, "price", sub["currency"])
+            item["price"] = _price(sandbox, change, "price", subscription["currency"])
             item["plan"] = plan_from_price(item["price"])
         if quantity is not None:
             item["quantity"] = quantity
@@ -120,21 +120,21 @@ def planned_items(sb: Sandbox, sub: Obj, changes: list[Params]) -> list[Obj]:
     return items
 
 
-def proration_lines(sb: Sandbox, sub: Obj, new_items: list[Obj], at: int) -> list[Obj]:
+def proration_lines(sandbox: Sandbox, subscription: Obj, new_items: list[Obj], at: int) -> list[Obj]:
     """Credit for the unused time of what changed, charge for the rest of the period of what replaces it."""
-    start, end = _period(sub)
+    start, end = _period(subscription)
     if not start <= at < end:
         return []
     left, whole = end - at, end - start
     # Metered items bill their usage in arrears at period end; nothing of theirs is prorated.
-    old = {item["id"]: item for item in sub["items"]["data"] if not is_metered(item["price"])}
+    old = {item["id"]: item for item in subscription["items"]["data"] if not is_metered(item["price"])}
     new = {item["id"]: item for item in new_items if not is_metered(item["price"])}
     lines: list[Obj] = []
 
     def line(item: Obj, sign: int, label: str) -> None:
         amount = sign * round(item["price"]["unit_amount"] * item["quantity"] * left / whole)
-        entry = ob.invoice_line(
-            id_=new_id("il"), invoice_id="", item=item, sub_id=sub["id"], start=at, end=end
+        entry = objects_billing.invoice_line(
+            id_=new_id("il"), invoice_id="", item=item, subscription_id=subscription["id"], start=at, end=end
         )
         name = item["price"].get("nickname") or item["price"]["product"]
         entry.update(amount=amount, subtotal=amount, description=f"{label} {item['quantity']} x {name}")
@@ -157,13 +157,13 @@ def proration_lines(sb: Sandbox, sub: Obj, new_items: list[Obj], at: int) -> lis
     return lines
 
 
-def apply(sb: Sandbox, sub: Obj, new_items: list[Obj], behavior: str, at: int) -> list[Obj]:
+def apply(sandbox: Sandbox, subscription: Obj, new_items: list[Obj], behavior: str, at: int) -> list[Obj]:
     """Put `new_items` on the subscription; returns the proration lines it owes (none for `none`)."""
-    lines = [] if behavior == "none" else proration_lines(sb, sub, new_items, at)
-    sub["items"]["data"] = new_items
+    lines = [] if behavior == "none" else proration_lines(sandbox, subscription, new_items, at)
+    subscription["items"]["data"] = new_items
     return lines
 
 
-def pending_lines(sb: Sandbox, sub_id: str) -> list[Obj]:
-    pending: list[Obj] = sb.store.priv(sub_id).setdefault("pending_prorations", [])
+def pending_lines(sandbox: Sandbox, subscription_id: str) -> list[Obj]:
+    pending: list[Obj] = sandbox.store.priv(subscription_id).setdefault("pending_prorations", [])
     return pending

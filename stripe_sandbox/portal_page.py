@@ -16,7 +16,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from . import billing, payments
+from . import billing, clocks, payments
 from .cards import Decline, behaviour_of, check_card, decline_of
 from .objects import plan_from_price
 from .pages import esc, money, page, read_form
@@ -26,10 +26,10 @@ Obj = dict[str, Any]
 
 
 def _session(request: Request) -> tuple[Sandbox, Obj | None]:
-    sb: Sandbox = request.app.state.sandbox
-    billing.advance_to(sb, sb.now())
-    session_id = sb.store.priv("portal_secrets").get(request.path_params["secret"])
-    return sb, (sb.store.get("billing_portal.session", session_id) if session_id else None)
+    sandbox: Sandbox = request.app.state.sandbox
+    clocks.advance_to(sandbox, sandbox.now())
+    session_id = sandbox.store.priv("portal_secrets").get(request.path_params["secret"])
+    return sandbox, (sandbox.store.get("billing_portal.session", session_id) if session_id else None)
 
 
 def _date(timestamp: int) -> str:
@@ -61,19 +61,19 @@ def _done(request: Request, session: Obj) -> Response:
     return RedirectResponse(_home(request), status_code=303)
 
 
-def _live_sub(sb: Sandbox, session: Obj, sub_id: str) -> Obj | None:
-    sub = sb.store.get("subscription", sub_id)
+def _live_sub(sandbox: Sandbox, session: Obj, subscription_id: str) -> Obj | None:
+    subscription = sandbox.store.get("subscription", subscription_id)
     if (
-        sub is None
-        or sub["customer"] != session["customer"]
-        or sub["status"] in ("canceled", "incomplete_expired")
+        subscription is None
+        or subscription["customer"] != session["customer"]
+        or subscription["status"] in ("canceled", "incomplete_expired")
     ):
         return None
-    return sub
+    return subscription
 
 
-def _product_name(sb: Sandbox, price: Obj) -> str:
-    product = sb.store.get("product", price["product"])
+def _product_name(sandbox: Sandbox, price: Obj) -> str:
+    product = sandbox.store.get("product", price["product"])
     return str(product["name"] if product else price["product"])
 
 
@@ -83,21 +83,21 @@ def _price_text(price: Obj, quantity: int = 1) -> str:
 
 
 async def show(request: Request) -> Response:
-    sb, session = _session(request)
+    sandbox, session = _session(request)
     if session is None:
         return _missing()
     subs = [
         s
-        for s in sb.store.newest_first("subscription")
+        for s in sandbox.store.newest_first("subscription")
         if s["customer"] == session["customer"] and s["status"] not in ("canceled", "incomplete_expired")
     ]
     home = _home(request)
     blocks = []
-    for sub in subs:
-        item = sub["items"]["data"][0]
+    for subscription in subs:
+        item = subscription["items"]["data"][0]
         price = item["price"]
-        base = f"{home}/subscriptions/{sub['id']}"
-        if sub["cancel_at_period_end"]:
+        base = f"{home}/subscriptions/{subscription['id']}"
+        if subscription["cancel_at_period_end"]:
             ends = esc(_date(item["current_period_end"]))
             state = f'<p class="notice" data-testid="cancels-on">Cancels {ends}</p>'
             action = (
@@ -112,14 +112,21 @@ async def show(request: Request) -> Response:
                 f'data-testid="cancel-subscription">Cancel plan</button></form>'
             )
         blocks.append(
-            f'<section data-subscription="{esc(sub["id"])}"><h2>{esc(_product_name(sb, price))}</h2>'
-            f"<p>{esc(_price_text(price, item.get('quantity', 1)))} — {esc(sub['status'])}</p>"
+            f"<section "
+            f'data-subscription="{esc(subscription["id"])}"><h2>{esc(_product_name(sandbox, price))}</h2>'
+            f"<p>{esc(_price_text(price, item.get('quantity', 1)))} — {esc(subscription['status'])}</p>"
             f"{state}{action}</section>"
         )
-    customer = sb.store.get("customer", session["customer"]) or {}
-    default_pm = (customer.get("invoice_settings") or {}).get("default_payment_method")
-    pm = sb.store.get("payment_method", default_pm) if default_pm else None
-    card = f"{pm['card']['brand']} •••• {pm['card']['last4']}" if pm else "No card on file"
+    customer = sandbox.store.get("customer", session["customer"]) or {}
+    default_payment_method_id = (customer.get("invoice_settings") or {}).get("default_payment_method")
+    payment_method = (
+        sandbox.store.get("payment_method", default_payment_method_id) if default_payment_method_id else None
+    )
+    card = (
+        f"{payment_method['card']['brand']} •••• {payment_method['card']['last4']}"
+        if payment_method
+        else "No card on file"
+    )
     methods = (
         f'<h2>Payment method</h2><p data-testid="default-card">{esc(card)}</p>'
         f'<p><a href="{esc(home)}/payment-method" data-testid="update-payment-method">'
@@ -136,7 +143,7 @@ async def show(request: Request) -> Response:
 
 async def start_flow(request: Request) -> Response:
     """A `flow_data` session's URL: straight to the flow's page."""
-    sb, session = _session(request)
+    sandbox, session = _session(request)
     if session is None or not session.get("flow"):
         return _missing()
     flow = session["flow"]
@@ -147,26 +154,26 @@ async def start_flow(request: Request) -> Response:
         return RedirectResponse(
             f"{home}/subscriptions/{flow['subscription_update']['subscription']}/update", status_code=303
         )
-    sub_id = flow["subscription_cancel"]["subscription"]
-    sub = _live_sub(sb, session, sub_id)
-    if sub is None:
+    subscription_id = flow["subscription_cancel"]["subscription"]
+    subscription = _live_sub(sandbox, session, subscription_id)
+    if subscription is None:
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
-    ends = esc(_date(sub["items"]["data"][0]["current_period_end"]))
+    ends = esc(_date(subscription["items"]["data"][0]["current_period_end"]))
     body = (
         f"<h1>Cancel your plan</h1><p>Your plan stays available until {ends}.</p>"
-        f'<form method="post" action="{esc(home)}/subscriptions/{esc(sub_id)}/cancel">'
+        f'<form method="post" action="{esc(home)}/subscriptions/{esc(subscription_id)}/cancel">'
         '<button type="submit" data-testid="confirm-cancel">Cancel plan</button></form>'
     )
     return page("Billing", body, redirect_targets=_targets(session))
 
 
-def _choices(sb: Sandbox, sub: Obj) -> list[Obj]:
+def _choices(sandbox: Sandbox, subscription: Obj) -> list[Obj]:
     """Prices the customer may switch to: active, recurring, same currency and interval."""
-    current = sub["items"]["data"][0]["price"]
+    current = subscription["items"]["data"][0]["price"]
     recurring = current["recurring"]
     return [
         p
-        for p in sb.store.newest_first("price")
+        for p in sandbox.store.newest_first("price")
         if p["active"]
         and p["recurring"]
         and p["id"] != current["id"]
@@ -177,45 +184,45 @@ def _choices(sb: Sandbox, sub: Obj) -> list[Obj]:
 
 
 async def show_update(request: Request) -> Response:
-    sb, session = _session(request)
+    sandbox, session = _session(request)
     if session is None:
         return _missing()
-    sub = _live_sub(sb, session, request.path_params["sub"])
-    if sub is None:
+    subscription = _live_sub(sandbox, session, request.path_params["sub"])
+    if subscription is None:
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
-    current = sub["items"]["data"][0]["price"]
+    current = subscription["items"]["data"][0]["price"]
     options = "".join(
         f'<form method="post"><input type=hidden name=price value="{esc(p["id"])}">'
-        f"<p>{esc(_product_name(sb, p))} — {esc(_price_text(p))}</p>"
+        f"<p>{esc(_product_name(sandbox, p))} — {esc(_price_text(p))}</p>"
         f'<button type="submit" data-testid="select-price" data-price="{esc(p["id"])}">Select</button></form>'
-        for p in _choices(sb, sub)
+        for p in _choices(sandbox, subscription)
     )
     body = (
-        f"<h1>Update plan</h1><p>Current: {esc(_product_name(sb, current))} — {esc(_price_text(current))}</p>"
-        + (options or "<p>There are no other plans to switch to.</p>")
+        f"<h1>Update plan</h1><p>Current: {esc(_product_name(sandbox, current))} "
+        f"— {esc(_price_text(current))}</p>" + (options or "<p>There are no other plans to switch to.</p>")
     )
     return page("Billing", body, redirect_targets=_targets(session))
 
 
 async def submit_update(request: Request) -> Response:
-    sb, session = _session(request)
+    sandbox, session = _session(request)
     if session is None:
         return _missing()
-    sub = _live_sub(sb, session, request.path_params["sub"])
-    if sub is None or sub["cancel_at_period_end"]:
+    subscription = _live_sub(sandbox, session, request.path_params["sub"])
+    if subscription is None or subscription["cancel_at_period_end"]:
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
     wanted = (await read_form(request)).get("price", "")
-    price = next((p for p in _choices(sb, sub) if p["id"] == wanted), None)
+    price = next((p for p in _choices(sandbox, subscription) if p["id"] == wanted), None)
     if price is None:
         return page("Billing", "<h1>That plan is not available</h1>", status=400)
-    with sb.on_clock(sb.clock_of(sub["customer"])):
-        before = sb.snapshot(sub)
-        items = [dict(i) for i in sub["items"]["data"]]
+    with sandbox.on_clock(sandbox.clock_of(subscription["customer"])):
+        before = sandbox.snapshot(subscription)
+        items = [dict(i) for i in subscription["items"]["data"]]
         items[0]["price"] = price
         items[0]["plan"] = plan_from_price(price)
-        billing.change_items(sb, sub, items, "create_prorations", sb.now())
-        sb.emit_updated("customer.subscription.updated", before, sub)
-    sb.save()
+        billing.change_items(sandbox, subscription, items, "create_prorations", sandbox.now())
+        sandbox.emit_updated("customer.subscription.updated", before, subscription)
+    sandbox.save()
     return _done(request, session)
 
 
@@ -244,7 +251,7 @@ def _card_form(error: Decline | None = None) -> str:
 
 
 async def show_payment_method(request: Request) -> Response:
-    _sb, session = _session(request)
+    _sandbox, session = _session(request)
     if session is None:
         return _missing()
     return page("Billing", _card_form(), redirect_targets=_targets(session))
@@ -252,12 +259,12 @@ async def show_payment_method(request: Request) -> Response:
 
 async def submit_payment_method(request: Request) -> Response:
     """A new card becomes the customer's default and every live subscription's, as in Stripe's portal."""
-    sb, session = _session(request)
+    sandbox, session = _session(request)
     if session is None:
         return _missing()
     form = await read_form(request)
-    customer = sb.get("customer", session["customer"])
-    moment = dt.datetime.fromtimestamp(sb.now(), dt.UTC)
+    customer = sandbox.get("customer", session["customer"])
+    moment = dt.datetime.fromtimestamp(sandbox.now(), dt.UTC)
     try:
         card = check_card(
             form.get("cardNumber", ""),
@@ -271,31 +278,36 @@ async def submit_payment_method(request: Request) -> Response:
             raise decline  # such a card cannot be attached, as on Stripe
     except Decline as decline:
         return page("Billing", _card_form(decline), status=402, redirect_targets=_targets(session))
-    pm = payments.create_payment_method(sb, card, None, customer["email"], form.get("billingName") or None)
-    payments.attach(sb, pm, customer["id"])
-    before = sb.snapshot(customer)
-    customer["invoice_settings"]["default_payment_method"] = pm["id"]
-    sb.emit_updated("customer.updated", before, customer)
-    for sub in sb.store.objects["subscription"].values():
-        if sub["customer"] == customer["id"] and sub["status"] not in ("canceled", "incomplete_expired"):
-            sub_before = sb.snapshot(sub)
-            sub["default_payment_method"] = pm["id"]
-            sb.emit_updated("customer.subscription.updated", sub_before, sub)
-    sb.save()
+    payment_method = payments.create_payment_method(
+        sandbox, card, None, customer["email"], form.get("billingName") or None
+    )
+    payments.attach(sandbox, payment_method, customer["id"])
+    before = sandbox.snapshot(customer)
+    customer["invoice_settings"]["default_payment_method"] = payment_method["id"]
+    sandbox.emit_updated("customer.updated", before, customer)
+    for subscription in sandbox.store.objects["subscription"].values():
+        if subscription["customer"] == customer["id"] and subscription["status"] not in (
+            "canceled",
+            "incomplete_expired",
+        ):
+            sub_before = sandbox.snapshot(subscription)
+            subscription["default_payment_method"] = payment_method["id"]
+            sandbox.emit_updated("customer.subscription.updated", sub_before, subscription)
+    sandbox.save()
     return _done(request, session)
 
 
 async def change(request: Request) -> Response:
-    sb, session = _session(request)
+    sandbox, session = _session(request)
     if session is None:
         return _missing()
-    sub = _live_sub(sb, session, request.path_params["sub"])
+    subscription = _live_sub(sandbox, session, request.path_params["sub"])
     action = request.path_params["action"]
-    if sub is None or action not in ("cancel", "renew"):
+    if subscription is None or action not in ("cancel", "renew"):
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
-    with sb.on_clock(sb.clock_of(sub["customer"])):
-        before = sb.snapshot(sub)
-        billing.schedule_cancel(sb, sub, action == "cancel")
-        sb.emit_updated("customer.subscription.updated", before, sub)
-    sb.save()
+    with sandbox.on_clock(sandbox.clock_of(subscription["customer"])):
+        before = sandbox.snapshot(subscription)
+        billing.schedule_cancel(sandbox, subscription, action == "cancel")
+        sandbox.emit_updated("customer.subscription.updated", before, subscription)
+    sandbox.save()
     return _done(request, session)

@@ -73,13 +73,6 @@ class SandboxClock:
         else:
             self._sandbox.store.clock_offset = timestamp - int(time.time())
 
-    def advance(self, seconds: int) -> int:
-        """Move forward `seconds` and process what fell due; returns the new time."""
-        from .billing import advance_to
-
-        advance_to(self._sandbox, self.now() + seconds)
-        return self.now()
-
 
 def diff(before: Obj, after: Obj) -> Obj:
     """`data.previous_attributes`: old values of the top-level fields that changed."""
@@ -306,9 +299,6 @@ class Sandbox:
         await self.webhooks.wait_idle(within)
 
     # Test helpers (also reachable over HTTP under /v1/test_helpers) --------------------------
-
-    def advance(self, seconds: int) -> int:
-        return self.clock.advance(seconds)
 
     def set_renewal_failure(self, customer_id: str, fail: bool) -> None:
         """Make this customer's future renewal payments fail (or succeed again)."""

@@ -23,14 +23,14 @@ Expiring a session and refunding use Stripe's real endpoints (`checkout.sessions
 
 from __future__ import annotations
 
-from . import billing, checkout, checkout_page, payments
+from . import checkout, checkout_page, clocks, payments
 from .api import Call, Obj
 from .cards import Decline
 from .errors import StripeError, invalid_request
 
 
 def _clock(call: Call) -> Obj:
-    now = call.sb.now()
+    now = call.sandbox.now()
     return {"id": "clock_sandbox", "object": "test_helpers.test_clock", "frozen_time": now, "status": "ready"}
 
 
@@ -40,25 +40,25 @@ def advance(call: Call) -> Obj:
     frozen_time = call.params.integer("frozen_time")
     if (seconds is None) == (frozen_time is None):
         raise invalid_request("Pass exactly one of `seconds` or `frozen_time`.", param="seconds")
-    target = frozen_time if frozen_time is not None else call.sb.now() + (seconds or 0)
-    if target < call.sb.now():
+    target = frozen_time if frozen_time is not None else call.sandbox.now() + (seconds or 0)
+    if target < call.sandbox.now():
         raise invalid_request("The clock can only move forward.", param="frozen_time")
-    billing.advance_to(call.sb, target)
+    clocks.advance_to(call.sandbox, target)
     return _clock(call)
 
 
 def fail_renewals(call: Call) -> Obj:
     call.params.reject_unknown(("fail", "expand"))
     fail = call.params.boolean("fail")
-    call.sb.set_renewal_failure(call.path["id"], fail is not False)
-    return call.sb.get("customer", call.path["id"])
+    call.sandbox.set_renewal_failure(call.path["id"], fail is not False)
+    return call.sandbox.get("customer", call.path["id"])
 
 
 def pay_session(call: Call) -> Obj:
     p = call.params
     p.reject_unknown(("card_number", "email", "name", "exp", "cvc", "three_d_secure", "expand"))
     outcome = p.enum("three_d_secure", ("complete", "fail")) or "complete"
-    session = call.sb.get("checkout.session", call.path["id"])
+    session = call.sandbox.get("checkout.session", call.path["id"])
     if session["status"] != "open":
         raise invalid_request(
             f"This Checkout Session is no longer active (status `{session['status']}`).", param="session"
@@ -67,7 +67,7 @@ def pay_session(call: Call) -> Obj:
         if outcome == "fail" and checkout_page.needs_challenge(p.req_str("card_number")):
             raise checkout_page.AUTHENTICATION_FAILED
         return checkout.pay_session(
-            call.sb,
+            call.sandbox,
             session,
             email=p.string("email") or session["customer_email"] or "sandbox@example.com",
             name=p.string("name") or "Sandbox Customer",
@@ -91,5 +91,5 @@ def dispute(call: Call) -> Obj:
     reason = call.params.enum(
         "reason", ("fraudulent", "general", "product_not_received", "subscription_canceled", "duplicate")
     )
-    ch = call.sb.get("charge", call.path["id"])
-    return payments.open_dispute(call.sb, ch, reason or "fraudulent")
+    charge = call.sandbox.get("charge", call.path["id"])
+    return payments.open_dispute(call.sandbox, charge, reason or "fraudulent")
