@@ -166,17 +166,17 @@ def created_filter(params: Params, items: list[Obj], key: str = "created") -> li
     nested = params.sub(key)
     if nested is None:
         exact = params.integer(key) if params.has(key) else None
-        return items if exact is None else [i for i in items if i[key] == exact]
+        return items if exact is None else [item for item in items if item[key] == exact]
     bounds = {operator: nested.integer(operator) for operator in ("gt", "gte", "lt", "lte")}
     result = items
     if bounds["gt"] is not None:
-        result = [i for i in result if i[key] > bounds["gt"]]
+        result = [item for item in result if item[key] > bounds["gt"]]
     if bounds["gte"] is not None:
-        result = [i for i in result if i[key] >= bounds["gte"]]
+        result = [item for item in result if item[key] >= bounds["gte"]]
     if bounds["lt"] is not None:
-        result = [i for i in result if i[key] < bounds["lt"]]
+        result = [item for item in result if item[key] < bounds["lt"]]
     if bounds["lte"] is not None:
-        result = [i for i in result if i[key] <= bounds["lte"]]
+        result = [item for item in result if item[key] <= bounds["lte"]]
     return result
 
 
@@ -193,7 +193,7 @@ def paginate(params: Params, items: list[Obj], url: str, kind: str) -> Obj:
         )
     starting_after = params.string("starting_after")
     ending_before = params.string("ending_before")
-    ids = [i["id"] for i in items]
+    ids = [item["id"] for item in items]
     if starting_after is not None:
         if starting_after not in ids:
             raise resource_missing(kind, starting_after, param="starting_after")

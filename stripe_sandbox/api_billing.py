@@ -22,9 +22,10 @@ def retrieve_subscription(call: Call) -> Obj:
 
 def update_subscription(call: Call) -> Obj:
     call.allow("subscription.update")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     subscription = sandbox.get("subscription", call.path["id"])
-    if subscription["status"] == "canceled" and set(p.tree) - {"metadata", "cancellation_details", "expand"}:
+    still_allowed = {"metadata", "cancellation_details", "expand"}
+    if subscription["status"] == "canceled" and set(params.tree) - still_allowed:
         raise invalid_request(
             "A canceled subscription can only update its cancellation_details and metadata."
         )
@@ -33,10 +34,10 @@ def update_subscription(call: Call) -> Obj:
 
 
 def _proration(
-    p: Params, sandbox: Sandbox, subscription: Obj, prefix_params: Params | None = None
+    params: Params, sandbox: Sandbox, subscription: Obj, prefix_params: Params | None = None
 ) -> tuple[str, int]:
     """`proration_behavior` and `proration_date` (default: now), validated."""
-    source = prefix_params or p
+    source = prefix_params or params
     behavior = source.enum("proration_behavior", plan_changes.PRORATION_BEHAVIORS) or "create_prorations"
     at = source.integer("proration_date")
     now = sandbox.now()
@@ -54,23 +55,25 @@ def _proration(
 
 
 def _update_subscription(call: Call, subscription: Obj) -> Obj:
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     before = sandbox.snapshot(subscription)
     now = sandbox.now()
-    changes = p.sub_list("items")
-    if changes is not None or p.has("proration_behavior") or p.has("proration_date"):
+    changes = params.sub_list("items")
+    if changes is not None or params.has("proration_behavior") or params.has("proration_date"):
         if subscription["status"] not in ("active", "trialing", "past_due"):
             raise invalid_request(
                 f"A subscription with status {subscription['status']} cannot change its items."
             )
-        behavior, at = _proration(p, sandbox, subscription)
+        behavior, at = _proration(params, sandbox, subscription)
         new_items = plan_changes.planned_items(sandbox, subscription, changes or [])
-    if p.has("cancel_at") and p.raw("cancel_at") != "":
-        wanted_cancel = p.integer("cancel_at")
+    if params.has("cancel_at") and params.raw("cancel_at") != "":
+        wanted_cancel = params.integer("cancel_at")
         if wanted_cancel is not None and wanted_cancel <= now:
             raise invalid_request("cancel_at must be in the future.", param="cancel_at")
     payment_method_id = (
-        p.string("default_payment_method", allow_empty=True) if p.has("default_payment_method") else None
+        params.string("default_payment_method", allow_empty=True)
+        if params.has("default_payment_method")
+        else None
     )
     payment_method = None
     if payment_method_id:
@@ -82,15 +85,15 @@ def _update_subscription(call: Call, subscription: Obj) -> Obj:
                 "be attached to the customer.",
                 param="default_payment_method",
             )
-    if p.has("default_payment_method"):
+    if params.has("default_payment_method"):
         subscription["default_payment_method"] = None if payment_method is None else payment_method["id"]
     if changes is not None:
         billing.change_items(sandbox, subscription, new_items, behavior, at)
     period_end = subscription["items"]["data"][0]["current_period_end"]
-    if p.has("cancel_at_period_end"):
-        billing.schedule_cancel(sandbox, subscription, bool(p.boolean("cancel_at_period_end")))
-    if p.has("cancel_at"):
-        cancel_at = p.integer("cancel_at") if p.raw("cancel_at") != "" else None
+    if params.has("cancel_at_period_end"):
+        billing.schedule_cancel(sandbox, subscription, bool(params.boolean("cancel_at_period_end")))
+    if params.has("cancel_at"):
+        cancel_at = params.integer("cancel_at") if params.raw("cancel_at") != "" else None
         if cancel_at is not None and cancel_at <= now:
             raise invalid_request("cancel_at must be in the future.", param="cancel_at")
         subscription["cancel_at"] = cancel_at
@@ -99,15 +102,15 @@ def _update_subscription(call: Call, subscription: Obj) -> Obj:
         subscription["cancellation_details"]["reason"] = (
             "cancellation_requested" if cancel_at is not None else None
         )
-    details = p.sub("cancellation_details")
+    details = params.sub("cancellation_details")
     if details is not None:
         for key in ("comment", "feedback"):
             if details.has(key):
                 subscription["cancellation_details"][key] = details.string(key, allow_empty=True) or None
-    if p.has("description"):
-        subscription["description"] = p.string("description", allow_empty=True) or None
+    if params.has("description"):
+        subscription["description"] = params.string("description", allow_empty=True) or None
     subscription["metadata"] = merge_metadata(
-        subscription["metadata"], p.metadata(), whole_cleared=p.raw("metadata") == ""
+        subscription["metadata"], params.metadata(), whole_cleared=params.raw("metadata") == ""
     )
     sandbox.emit_updated("customer.subscription.updated", before, subscription)
     return subscription
@@ -115,14 +118,14 @@ def _update_subscription(call: Call, subscription: Obj) -> Obj:
 
 def cancel_subscription(call: Call) -> Obj:
     call.allow("subscription.cancel")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     subscription = sandbox.get("subscription", call.path["id"])
     if subscription["status"] == "canceled":
         raise invalid_request(
             f"A canceled subscription can only update its cancellation_details and metadata. "
             f"Subscription {subscription['id']} is already canceled."
         )
-    details = p.sub("cancellation_details")
+    details = params.sub("cancellation_details")
     if details is not None:
         for key in ("comment", "feedback"):
             if details.has(key):
@@ -134,9 +137,9 @@ def cancel_subscription(call: Call) -> Obj:
 
 def list_subscriptions(call: Call) -> Obj:
     call.allow("subscription.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("subscription")
-    status = p.enum(
+    status = params.enum(
         "status",
         (
             "active",
@@ -152,18 +155,20 @@ def list_subscriptions(call: Call) -> Obj:
         ),
     )
     if status is None:
-        items = [i for i in items if i["status"] != "canceled"]
+        items = [entry for entry in items if entry["status"] != "canceled"]
     elif status == "ended":
-        items = [i for i in items if i["status"] in ("canceled", "incomplete_expired")]
+        items = [entry for entry in items if entry["status"] in ("canceled", "incomplete_expired")]
     elif status != "all":
-        items = [i for i in items if i["status"] == status]
-    customer = p.string("customer")
+        items = [entry for entry in items if entry["status"] == status]
+    customer = params.string("customer")
     if customer is not None:
-        items = [i for i in items if i["customer"] == customer]
-    price = p.string("price")
+        items = [entry for entry in items if entry["customer"] == customer]
+    price = params.string("price")
     if price is not None:
-        items = [i for i in items if any(it["price"]["id"] == price for it in i["items"]["data"])]
-    return paginate(p, created_filter(p, items), call.route_path, "subscription")
+        items = [
+            entry for entry in items if any(item["price"]["id"] == price for item in entry["items"]["data"])
+        ]
+    return paginate(params, created_filter(params, items), call.route_path, "subscription")
 
 
 def search_subscriptions(call: Call) -> Obj:
@@ -179,16 +184,16 @@ def retrieve_invoice(call: Call) -> Obj:
 
 def list_invoices(call: Call) -> Obj:
     call.allow("invoice.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("invoice")
     for key in ("customer", "status", "collection_method"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i[key] == value]
-    subscription = p.string("subscription")
+            items = [entry for entry in items if entry[key] == value]
+    subscription = params.string("subscription")
     if subscription is not None:
-        items = [i for i in items if billing.subscription_of(i) == subscription]
-    return paginate(p, created_filter(p, items), call.route_path, "invoice")
+        items = [entry for entry in items if billing.subscription_of(entry) == subscription]
+    return paginate(params, created_filter(params, items), call.route_path, "invoice")
 
 
 def list_invoice_lines(call: Call) -> Obj:
@@ -198,7 +203,11 @@ def list_invoice_lines(call: Call) -> Obj:
 
 @includable("invoice", "payments")
 def _invoice_payments(sandbox: Sandbox, invoice: Obj) -> Obj:
-    payments = [x for x in sandbox.store.newest_first("invoice_payment") if x["invoice"] == invoice["id"]]
+    payments = [
+        payment
+        for payment in sandbox.store.newest_first("invoice_payment")
+        if payment["invoice"] == invoice["id"]
+    ]
     return list_envelope(payments, f"/v1/invoice_payments?invoice={invoice['id']}")
 
 
@@ -208,19 +217,19 @@ def retrieve_invoice_payment(call: Call) -> Obj:
 
 def list_invoice_payments(call: Call) -> Obj:
     call.allow("invoice_payment.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("invoice_payment")
-    invoice = p.string("invoice")
+    invoice = params.string("invoice")
     if invoice is not None:
-        items = [i for i in items if i["invoice"] == invoice]
-    payment = p.sub("payment")
+        items = [entry for entry in items if entry["invoice"] == invoice]
+    payment = params.sub("payment")
     if payment is not None and payment.has("payment_intent"):
         payment_intent = payment.string("payment_intent")
-        items = [i for i in items if i["payment"].get("payment_intent") == payment_intent]
-    status = p.string("status")
+        items = [entry for entry in items if entry["payment"].get("payment_intent") == payment_intent]
+    status = params.string("status")
     if status is not None:
-        items = [i for i in items if i["status"] == status]
-    return paginate(p, items, call.route_path, "invoice_payment")
+        items = [entry for entry in items if entry["status"] == status]
+    return paginate(params, items, call.route_path, "invoice_payment")
 
 
 # Charges, payment intents, payment methods, refunds, disputes ---------------------------------
@@ -232,19 +241,19 @@ def retrieve_charge(call: Call) -> Obj:
 
 @includable("charge", "refunds")
 def _charge_refunds(sandbox: Sandbox, charge: Obj) -> Obj:
-    refunds = [r for r in sandbox.store.newest_first("refund") if r["charge"] == charge["id"]]
+    refunds = [refund for refund in sandbox.store.newest_first("refund") if refund["charge"] == charge["id"]]
     return list_envelope(refunds, f"/v1/charges/{charge['id']}/refunds")
 
 
 def list_charges(call: Call) -> Obj:
     call.allow("charge.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("charge")
     for key in ("customer", "payment_intent"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i[key] == value]
-    return paginate(p, created_filter(p, items), call.route_path, "charge")
+            items = [entry for entry in items if entry[key] == value]
+    return paginate(params, created_filter(params, items), call.route_path, "charge")
 
 
 def retrieve_payment_intent(call: Call) -> Obj:
@@ -253,12 +262,12 @@ def retrieve_payment_intent(call: Call) -> Obj:
 
 def list_payment_intents(call: Call) -> Obj:
     call.allow("payment_intent.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("payment_intent")
-    customer = p.string("customer")
+    customer = params.string("customer")
     if customer is not None:
-        items = [i for i in items if i["customer"] == customer]
-    return paginate(p, created_filter(p, items), call.route_path, "payment_intent")
+        items = [entry for entry in items if entry["customer"] == customer]
+    return paginate(params, created_filter(params, items), call.route_path, "payment_intent")
 
 
 def retrieve_payment_method(call: Call) -> Obj:
@@ -267,9 +276,9 @@ def retrieve_payment_method(call: Call) -> Obj:
 
 def create_refund(call: Call) -> Obj:
     call.allow("refund.create")
-    p, sandbox = call.params, call.sandbox
-    charge_id = p.string("charge")
-    payment_intent_id = p.string("payment_intent")
+    params, sandbox = call.params, call.sandbox
+    charge_id = params.string("charge")
+    payment_intent_id = params.string("payment_intent")
     if charge_id is None and payment_intent_id is None:
         raise invalid_request("One of `charge` or `payment_intent` is required.")
     if charge_id is None:
@@ -285,8 +294,8 @@ def create_refund(call: Call) -> Obj:
     charge = sandbox.store.get("charge", charge_id)
     if charge is None:
         raise resource_missing("charge", charge_id, param="charge")
-    reason = p.enum("reason", ("duplicate", "fraudulent", "requested_by_customer"))
-    return payments.refund_charge(sandbox, charge, p.integer("amount"), reason, p.metadata() or {})
+    reason = params.enum("reason", ("duplicate", "fraudulent", "requested_by_customer"))
+    return payments.refund_charge(sandbox, charge, params.integer("amount"), reason, params.metadata() or {})
 
 
 def retrieve_refund(call: Call) -> Obj:
@@ -295,13 +304,13 @@ def retrieve_refund(call: Call) -> Obj:
 
 def list_refunds(call: Call) -> Obj:
     call.allow("refund.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("refund")
     for key in ("charge", "payment_intent"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i[key] == value]
-    return paginate(p, created_filter(p, items), call.route_path, "refund")
+            items = [entry for entry in items if entry[key] == value]
+    return paginate(params, created_filter(params, items), call.route_path, "refund")
 
 
 def retrieve_dispute(call: Call) -> Obj:
@@ -310,19 +319,19 @@ def retrieve_dispute(call: Call) -> Obj:
 
 def list_disputes(call: Call) -> Obj:
     call.allow("dispute.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("dispute")
     for key in ("charge", "payment_intent"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i[key] == value]
-    return paginate(p, created_filter(p, items), call.route_path, "dispute")
+            items = [entry for entry in items if entry[key] == value]
+    return paginate(params, created_filter(params, items), call.route_path, "dispute")
 
 
 def create_preview(call: Call) -> Obj:
     """`invoices.create_preview` for a subscription: its next invoice, or what a change would bill."""
-    p, sandbox = call.params, call.sandbox
-    subscription_id = p.string("subscription")
+    params, sandbox = call.params, call.sandbox
+    subscription_id = params.string("subscription")
     if subscription_id is None:
         raise invalid_request(
             "The sandbox previews subscription invoices only: pass `subscription`.", param="subscription"
@@ -330,14 +339,14 @@ def create_preview(call: Call) -> Obj:
     subscription = sandbox.store.get("subscription", subscription_id)
     if subscription is None:
         raise resource_missing("subscription", subscription_id, param="subscription")
-    customer_id = p.string("customer")
+    customer_id = params.string("customer")
     if customer_id is not None and customer_id != subscription["customer"]:
         raise invalid_request("The subscription does not belong to this customer.", param="customer")
     with sandbox.on_clock(sandbox.clock_of(subscription["customer"])):
-        details = p.sub("subscription_details")
+        details = params.sub("subscription_details")
         changes = None if details is None else details.sub_list("items")
         behavior, at = (
-            _proration(p, sandbox, subscription, details)
+            _proration(params, sandbox, subscription, details)
             if details is not None
             else ("create_prorations", sandbox.now())
         )
@@ -355,20 +364,20 @@ def retrieve_balance_transaction(call: Call) -> Obj:
 
 
 def list_balance_transactions(call: Call) -> Obj:
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("balance_transaction")
     for key in ("source", "type", "currency"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i[key] == value]
-    return paginate(p, created_filter(p, items), call.route_path, "balance_transaction")
+            items = [entry for entry in items if entry[key] == value]
+    return paginate(params, created_filter(params, items), call.route_path, "balance_transaction")
 
 
 def update_dispute(call: Call) -> Obj:
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     dispute = sandbox.get("dispute", call.path["id"])
     evidence: dict[str, str] = {}
-    given = p.sub("evidence")
+    given = params.sub("evidence")
     if given is not None:
         for key in payments.DISPUTE_EVIDENCE:
             if given.has(key):
@@ -378,13 +387,13 @@ def update_dispute(call: Call) -> Obj:
                         "Evidence text can have up to 20000 characters.", param=given.param(key)
                     )
                 evidence[key] = text
-    metadata = p.metadata()
+    metadata = params.metadata()
     with sandbox.on_clock(sandbox.clock_of(dispute.get("customer"))):
         if metadata is not None:
             dispute["metadata"] = merge_metadata(
-                dispute["metadata"], metadata, whole_cleared=p.raw("metadata") == ""
+                dispute["metadata"], metadata, whole_cleared=params.raw("metadata") == ""
             )
-        return payments.update_dispute(sandbox, dispute, evidence, bool(p.boolean("submit")))
+        return payments.update_dispute(sandbox, dispute, evidence, bool(params.boolean("submit")))
 
 
 def close_dispute(call: Call) -> Obj:

@@ -21,21 +21,21 @@ def _metadata_update(params: Params, current: dict[str, str]) -> dict[str, str]:
 
 def create_product(call: Call) -> Obj:
     call.allow("product.create")
-    p, sandbox = call.params, call.sandbox
-    product_id = p.string("id") or new_id("prod")
+    params, sandbox = call.params, call.sandbox
+    product_id = params.string("id") or new_id("prod")
     if sandbox.store.get("product", product_id) is not None:
         raise invalid_request("Product already exists.", param="id", code="resource_already_exists")
     product = objects.product(
         id_=product_id,
         now=sandbox.now(),
-        name=p.req_str("name"),
-        active=p.boolean("active") is not False,
-        description=p.string("description"),
-        metadata=p.metadata() or {},
+        name=params.req_str("name"),
+        active=params.boolean("active") is not False,
+        description=params.string("description"),
+        metadata=params.metadata() or {},
     )
     sandbox.store.put(product)
     sandbox.emit("product.created", product)
-    default_price = p.sub("default_price_data")
+    default_price = params.sub("default_price_data")
     if default_price is not None:
         default_price.tree["product"] = product_id
         price = price_from_params(sandbox, default_price, inline=False)
@@ -51,21 +51,21 @@ def retrieve_product(call: Call) -> Obj:
 
 def update_product(call: Call) -> Obj:
     call.allow("product.update")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     product = sandbox.get("product", call.path["id"])
     before = sandbox.snapshot(product)
-    if p.has("name"):
-        product["name"] = p.req_str("name")
-    if p.has("active"):
-        product["active"] = p.boolean("active")
-    if p.has("description"):
-        product["description"] = p.string("description", allow_empty=True) or None
-    if p.has("default_price"):
-        price_id = p.string("default_price", allow_empty=True) or None
+    if params.has("name"):
+        product["name"] = params.req_str("name")
+    if params.has("active"):
+        product["active"] = params.boolean("active")
+    if params.has("description"):
+        product["description"] = params.string("description", allow_empty=True) or None
+    if params.has("default_price"):
+        price_id = params.string("default_price", allow_empty=True) or None
         if price_id is not None and sandbox.store.get("price", price_id) is None:
             raise resource_missing("price", price_id, param="default_price")
         product["default_price"] = price_id
-    product["metadata"] = _metadata_update(p, product["metadata"])
+    product["metadata"] = _metadata_update(params, product["metadata"])
     if product != before:
         product["updated"] = sandbox.now()
     sandbox.emit_updated("product.updated", before, product)
@@ -74,15 +74,15 @@ def update_product(call: Call) -> Obj:
 
 def list_products(call: Call) -> Obj:
     call.allow("product.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("product")
-    active = p.boolean("active")
+    active = params.boolean("active")
     if active is not None:
-        items = [i for i in items if i["active"] == active]
-    ids = p.str_list("ids")
+        items = [item for item in items if item["active"] == active]
+    ids = params.str_list("ids")
     if ids is not None:
-        items = [i for i in items if i["id"] in ids]
-    return paginate(p, created_filter(p, items), call.route_path, "product")
+        items = [item for item in items if item["id"] in ids]
+    return paginate(params, created_filter(params, items), call.route_path, "product")
 
 
 # Prices ----------------------------------------------------------------------------------------
@@ -99,25 +99,25 @@ def retrieve_price(call: Call) -> Obj:
 
 def update_price(call: Call) -> Obj:
     call.allow("price.update")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     price = sandbox.get("price", call.path["id"])
     before = sandbox.snapshot(price)
-    if p.has("active"):
-        price["active"] = p.boolean("active")
-    if p.has("nickname"):
-        price["nickname"] = p.string("nickname", allow_empty=True) or None
-    if p.has("lookup_key"):
-        key = p.string("lookup_key", allow_empty=True) or None
+    if params.has("active"):
+        price["active"] = params.boolean("active")
+    if params.has("nickname"):
+        price["nickname"] = params.string("nickname", allow_empty=True) or None
+    if params.has("lookup_key"):
+        key = params.string("lookup_key", allow_empty=True) or None
         holder = next(
             (
-                x
-                for x in sandbox.store.objects["price"].values()
-                if key is not None and x["lookup_key"] == key
+                other
+                for other in sandbox.store.objects["price"].values()
+                if key is not None and other["lookup_key"] == key
             ),
             None,
         )
         if holder is not None and holder is not price:
-            if p.boolean("transfer_lookup_key") is not True:
+            if params.boolean("transfer_lookup_key") is not True:
                 raise invalid_request(
                     f"A price (`{holder['id']}`) already uses that lookup key.", param="lookup_key"
                 )
@@ -125,34 +125,34 @@ def update_price(call: Call) -> Obj:
             holder["lookup_key"] = None
             sandbox.emit_updated("price.updated", holder_before, holder)
         price["lookup_key"] = key
-    price["metadata"] = _metadata_update(p, price["metadata"])
+    price["metadata"] = _metadata_update(params, price["metadata"])
     sandbox.emit_updated("price.updated", before, price)
     return price
 
 
 def list_prices(call: Call) -> Obj:
     call.allow("price.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("price")
-    active = p.boolean("active")
+    active = params.boolean("active")
     if active is not None:
-        items = [i for i in items if i["active"] == active]
+        items = [item for item in items if item["active"] == active]
     for key in ("currency", "product", "type"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i[key] == value]
-    lookup_keys = p.str_list("lookup_keys")
+            items = [item for item in items if item[key] == value]
+    lookup_keys = params.str_list("lookup_keys")
     if lookup_keys is not None:
         if len(lookup_keys) > 10:
             raise invalid_request("You may only specify up to 10 lookup keys.", param="lookup_keys")
-        items = [i for i in items if i["lookup_key"] in lookup_keys]
-    recurring_params = p.sub("recurring")
+        items = [item for item in items if item["lookup_key"] in lookup_keys]
+    recurring_params = params.sub("recurring")
     if recurring_params is not None:
         for key in ("interval", "usage_type", "meter"):
             wanted = recurring_params.string(key)
             if wanted is not None:
-                items = [i for i in items if i["recurring"] and i["recurring"][key] == wanted]
-    return paginate(p, created_filter(p, items), call.route_path, "price")
+                items = [item for item in items if item["recurring"] and item["recurring"][key] == wanted]
+    return paginate(params, created_filter(params, items), call.route_path, "price")
 
 
 # Customers -------------------------------------------------------------------------------------
@@ -161,11 +161,11 @@ def list_prices(call: Call) -> Obj:
 _LOCALES = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
 
 
-def _customer_extras(p: Params, customer: Obj) -> Obj:
+def _customer_extras(params: Params, customer: Obj) -> Obj:
     """The customer fields beyond the basics, validated; returns the new values without applying."""
     changes: Obj = {}
-    if p.has("address"):
-        address = p.sub("address")
+    if params.has("address"):
+        address = params.sub("address")
         if address is None:
             changes["address"] = None
         else:
@@ -174,7 +174,7 @@ def _customer_extras(p: Params, customer: Obj) -> Obj:
                 if address.has(key):
                     merged[key] = address.string(key, allow_empty=True) or None
             changes["address"] = merged
-    settings = p.sub("invoice_settings")
+    settings = params.sub("invoice_settings")
     if settings is not None and settings.has("default_payment_method"):
         changes.setdefault("invoice_settings", dict(customer["invoice_settings"]))
         changes["invoice_settings"]["default_payment_method"] = (
@@ -188,8 +188,8 @@ def _customer_extras(p: Params, customer: Obj) -> Obj:
             )
         changes.setdefault("invoice_settings", dict(customer["invoice_settings"]))
         changes["invoice_settings"]["footer"] = footer
-    if p.has("preferred_locales"):
-        locales = p.str_list("preferred_locales") or []
+    if params.has("preferred_locales"):
+        locales = params.str_list("preferred_locales") or []
         if len(locales) > 10:
             raise invalid_request("You may only specify up to 10 locales.", param="preferred_locales")
         for index, locale in enumerate(locales):
@@ -217,8 +217,8 @@ def _default_payment_method(call: Call, customer_id: str, extras: Obj, attaching
 
 def create_customer(call: Call) -> Obj:
     call.allow("customer.create")
-    p, sandbox = call.params, call.sandbox
-    clock_id = p.string("test_clock")
+    params, sandbox = call.params, call.sandbox
+    clock_id = params.string("test_clock")
     if clock_id is not None:
         clock = sandbox.get("test_helpers.test_clock", clock_id, param="test_clock")
         if clock["status"] == "advancing":
@@ -228,23 +228,23 @@ def create_customer(call: Call) -> Obj:
 
 
 def _create_customer(call: Call, clock_id: str | None) -> Obj:
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     blank = objects.customer(
         id_="", now=0, email=None, name=None, phone=None, description=None, metadata={}, invoice_prefix=""
     )
-    extras = _customer_extras(p, blank)
-    first_id = p.string("payment_method")
+    extras = _customer_extras(params, blank)
+    first_id = params.string("payment_method")
     first = None if first_id is None else call.payment_method(first_id, "payment_method")
     if first is not None:
         payments.check_attachable(sandbox, first)
     _default_payment_method(call, "", extras, first)
     customer = new_customer(
         sandbox,
-        email=p.string("email"),
-        name=p.string("name"),
-        phone=p.string("phone"),
-        description=p.string("description"),
-        metadata=p.metadata() or {},
+        email=params.string("email"),
+        name=params.string("name"),
+        phone=params.string("phone"),
+        description=params.string("description"),
+        metadata=params.metadata() or {},
         extras={**extras, "test_clock": clock_id},
     )
     if first is not None:
@@ -263,18 +263,18 @@ def retrieve_customer(call: Call) -> Obj:
 
 def update_customer(call: Call) -> Obj:
     call.allow("customer.update")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     customer = _live_customer(call)
     if customer.get("deleted"):
         raise resource_missing("customer", customer["id"])
     before = sandbox.snapshot(customer)
-    extras = _customer_extras(p, customer)
+    extras = _customer_extras(params, customer)
     _default_payment_method(call, customer["id"], extras, None)
     for key in ("email", "name", "phone", "description"):
-        if p.has(key):
-            customer[key] = p.string(key, allow_empty=True) or None
+        if params.has(key):
+            customer[key] = params.string(key, allow_empty=True) or None
     customer.update(extras)
-    customer["metadata"] = _metadata_update(p, customer["metadata"])
+    customer["metadata"] = _metadata_update(params, customer["metadata"])
     sandbox.emit_updated("customer.updated", before, customer)
     return customer
 
@@ -295,15 +295,17 @@ def delete_customer(call: Call) -> Obj:
 
 def list_customers(call: Call) -> Obj:
     call.allow("customer.list")
-    p = call.params
-    items = [c for c in call.sandbox.store.newest_first("customer") if not c.get("deleted")]
-    email = p.string("email")
+    params = call.params
+    items = [
+        customer for customer in call.sandbox.store.newest_first("customer") if not customer.get("deleted")
+    ]
+    email = params.string("email")
     if email is not None:
-        items = [c for c in items if c["email"] == email]
-    clock = p.string("test_clock")
+        items = [customer for customer in items if customer["email"] == email]
+    clock = params.string("test_clock")
     if clock is not None:
-        items = [c for c in items if c.get("test_clock") == clock]
-    return paginate(p, created_filter(p, items), call.route_path, "customer")
+        items = [customer for customer in items if customer.get("test_clock") == clock]
+    return paginate(params, created_filter(params, items), call.route_path, "customer")
 
 
 _CLAUSE = re.compile(
@@ -323,15 +325,15 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
     and `metadata['k']:'v'`, joined by AND."""
     call.allow(endpoint)
     query = call.params.req_str("query")
-    items = [o for o in call.sandbox.store.newest_first(kind) if not o.get("deleted")]
+    items = [found for found in call.sandbox.store.newest_first(kind) if not found.get("deleted")]
     for clause in re.split(r"\s+AND\s+", query):
         match = _CLAUSE.match(clause)
         if match is None or (match["field"] and match["field"] not in fields):
             raise StripeError(400, f"The sandbox cannot parse this search query: {clause!r}", param="query")
         if match["mkey"]:
-            items = [o for o in items if o["metadata"].get(match["mkey"]) == match["value"]]
+            items = [found for found in items if found["metadata"].get(match["mkey"]) == match["value"]]
         else:
-            items = [o for o in items if _search_text(o.get(match["field"])) == match["value"]]
+            items = [found for found in items if _search_text(found.get(match["field"])) == match["value"]]
     limit = call.params.integer("limit") or 10
     return {
         "object": "search_result",

@@ -26,13 +26,13 @@ def expire_session(call: Call) -> Obj:
 
 def list_sessions(call: Call) -> Obj:
     call.allow("checkout_session.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("checkout.session")
     for key in ("customer", "subscription", "payment_intent", "status", "payment_link"):
-        value = p.string(key)
+        value = params.string(key)
         if value is not None:
-            items = [i for i in items if i.get(key) == value]
-    return paginate(p, created_filter(p, items), call.route_path, "checkout.session")
+            items = [item for item in items if item.get(key) == value]
+    return paginate(params, created_filter(params, items), call.route_path, "checkout.session")
 
 
 @includable("checkout.session", "line_items")
@@ -50,13 +50,13 @@ def list_line_items(call: Call) -> Obj:
 
 def create_portal_session(call: Call) -> Obj:
     call.allow("billing_portal_session.create")
-    p, sandbox = call.params, call.sandbox
-    customer_id = p.req_str("customer")
+    params, sandbox = call.params, call.sandbox
+    customer_id = params.req_str("customer")
     customer = sandbox.store.get("customer", customer_id)
     if customer is None or customer.get("deleted"):
         raise resource_missing("customer", customer_id, param="customer")
-    return_url = checkout.url_param(p, "return_url")
-    flow = _flow(sandbox, p, customer_id)
+    return_url = checkout.url_param(params, "return_url")
+    flow = _flow(sandbox, params, customer_id)
     secret = new_secret()
     url = f"{sandbox.config.public_base_url.rstrip('/')}/p/session/{secret}"
     session = objects.portal_session(
@@ -72,9 +72,9 @@ def create_portal_session(call: Call) -> Obj:
     return session
 
 
-def _flow(sandbox: Sandbox, p: Params, customer_id: str) -> Obj | None:
+def _flow(sandbox: Sandbox, params: Params, customer_id: str) -> Obj | None:
     """`flow_data` as Stripe validates it, shaped as the session's `flow`; None without one."""
-    data = p.sub("flow_data")
+    data = params.sub("flow_data")
     if data is None:
         return None
     kind = data.enum(

@@ -25,12 +25,12 @@ KIND = "test_helpers.test_clock"
 
 
 def create_clock(call: Call) -> Obj:
-    p, sandbox = call.params, call.sandbox
-    frozen_time = p.integer("frozen_time", required=True)
+    params, sandbox = call.params, call.sandbox
+    frozen_time = params.integer("frozen_time", required=True)
     assert frozen_time is not None
     if len(sandbox.store.objects[KIND]) >= MAX_CLOCKS:
         raise invalid_request(f"You can have at most {MAX_CLOCKS} test clocks; delete one first.")
-    name = p.string("name")
+    name = params.string("name")
     if name is not None and len(name) > 300:
         raise invalid_request("The name can have up to 300 characters.", param="name")
     clock = objects.test_clock(id_=new_id("clock"), now=sandbox.now(), frozen_time=frozen_time, name=name)
@@ -72,9 +72,9 @@ def delete_clock(call: Call) -> Obj:
 
 
 def advance_clock(call: Call) -> Obj:
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     clock = sandbox.get(KIND, call.path["id"])
-    target = p.integer("frozen_time", required=True)
+    target = params.integer("frozen_time", required=True)
     assert target is not None
     if clock["status"] == "advancing":
         raise invalid_request("The test clock is already advancing; wait until it is ready.")

@@ -17,22 +17,22 @@ def retrieve_event(call: Call) -> Obj:
 
 def list_events(call: Call) -> Obj:
     call.allow("event.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("event")
-    type_ = p.string("type")
-    types = p.str_list("types")
+    type_ = params.string("type")
+    types = params.str_list("types")
     if type_ is not None and types is not None:
         raise invalid_request("You may only specify one of these parameters: type, types.", param="types")
     if type_ is not None:
-        items = [e for e in items if fnmatchcase(e["type"], type_)]
+        items = [event for event in items if fnmatchcase(event["type"], type_)]
     if types is not None:
         if len(types) > 20:
             raise invalid_request("You may only specify up to 20 types.", param="types")
-        items = [e for e in items if e["type"] in types]
-    delivered = p.boolean("delivery_success")
+        items = [event for event in items if event["type"] in types]
+    delivered = params.boolean("delivery_success")
     if delivered is not None:
-        items = [e for e in items if (e["pending_webhooks"] == 0) == delivered]
-    return paginate(p, created_filter(p, items), call.route_path, "event")
+        items = [event for event in items if (event["pending_webhooks"] == 0) == delivered]
+    return paginate(params, created_filter(params, items), call.route_path, "event")
 
 
 def retry_event(call: Call) -> Obj:
@@ -82,7 +82,7 @@ def retrieve_endpoint(call: Call) -> Obj:
 
 def update_endpoint(call: Call) -> Obj:
     call.allow("webhook_endpoint.update")
-    p = call.params
+    params = call.params
     endpoint = call.sandbox.get("webhook_endpoint", call.path["id"])
     url = _url(call)
     if url is not None:
@@ -90,13 +90,13 @@ def update_endpoint(call: Call) -> Obj:
     events = _events_param(call)
     if events is not None:
         endpoint["enabled_events"] = events
-    if p.has("description"):
-        endpoint["description"] = p.string("description", allow_empty=True) or None
-    disabled = p.boolean("disabled")
+    if params.has("description"):
+        endpoint["description"] = params.string("description", allow_empty=True) or None
+    disabled = params.boolean("disabled")
     if disabled is not None:
         endpoint["status"] = "disabled" if disabled else "enabled"
     endpoint["metadata"] = merge_metadata(
-        endpoint["metadata"], p.metadata(), whole_cleared=p.raw("metadata") == ""
+        endpoint["metadata"], params.metadata(), whole_cleared=params.raw("metadata") == ""
     )
     return endpoint
 

@@ -16,19 +16,19 @@ MAX_PAYLOAD_VALUE = 500
 MAX_SUMMARY_WINDOWS = 10_000
 
 
-def _bounded(p: Params, key: str, limit: int, *, required: bool = False) -> str | None:
-    value = p.string(key, required=required)
+def _bounded(params: Params, key: str, limit: int, *, required: bool = False) -> str | None:
+    value = params.string(key, required=required)
     if value is not None and len(value) > limit:
         raise invalid_request(
-            f"Invalid string: {value[:20]}...; must be at most {limit} characters", param=p.param(key)
+            f"Invalid string: {value[:20]}...; must be at most {limit} characters", param=params.param(key)
         )
     return value
 
 
-def _payload_key(p: Params | None, default: str) -> str:
-    if p is None:
+def _payload_key(params: Params | None, default: str) -> str:
+    if params is None:
         return default
-    value = _bounded(p, "event_payload_key", MAX_NAME, required=True)
+    value = _bounded(params, "event_payload_key", MAX_NAME, required=True)
     assert value is not None
     return value
 
@@ -37,7 +37,11 @@ def _event_name_free(call: Call, event_name: str) -> None:
     """An event name belongs to one meter for good: a deactivated meter keeps it (reactivate that
     meter to use the name again), as on Stripe, where meters cannot be deleted."""
     holder = next(
-        (m for m in call.sandbox.store.objects["billing.meter"].values() if m["event_name"] == event_name),
+        (
+            meter
+            for meter in call.sandbox.store.objects["billing.meter"].values()
+            if meter["event_name"] == event_name
+        ),
         None,
     )
     if holder is not None:
@@ -50,19 +54,19 @@ def _event_name_free(call: Call, event_name: str) -> None:
 
 def create_meter(call: Call) -> Obj:
     call.allow("billing.meter.create")
-    p, sandbox = call.params, call.sandbox
-    display_name = _bounded(p, "display_name", MAX_DISPLAY_NAME, required=True)
-    event_name = _bounded(p, "event_name", MAX_NAME, required=True)
+    params, sandbox = call.params, call.sandbox
+    display_name = _bounded(params, "display_name", MAX_DISPLAY_NAME, required=True)
+    event_name = _bounded(params, "event_name", MAX_NAME, required=True)
     assert display_name is not None
     assert event_name is not None
-    aggregation = p.sub("default_aggregation")
+    aggregation = params.sub("default_aggregation")
     if aggregation is None:
         raise parameter_missing("default_aggregation")
     formula = str(aggregation.enum("formula", meters.FORMULAS, required=True))
-    mapping = p.sub("customer_mapping")
+    mapping = params.sub("customer_mapping")
     if mapping is not None:
         mapping.enum("type", ("by_id",), required=True)
-    window = p.enum("event_time_window", ("day", "hour"))
+    window = params.enum("event_time_window", ("day", "hour"))
     _event_name_free(call, event_name)
     meter = objects_meters.meter(
         id_=new_id("mtr_test"),
@@ -71,7 +75,7 @@ def create_meter(call: Call) -> Obj:
         event_name=event_name,
         formula=formula,
         customer_payload_key=_payload_key(mapping, "stripe_customer_id"),
-        value_payload_key=_payload_key(p.sub("value_settings"), "value"),
+        value_payload_key=_payload_key(params.sub("value_settings"), "value"),
         event_time_window=window,
     )
     sandbox.store.put(meter)
@@ -85,11 +89,11 @@ def retrieve_meter(call: Call) -> Obj:
 
 def update_meter(call: Call) -> Obj:
     call.allow("billing.meter.update")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     meter = sandbox.get("billing.meter", call.path["id"])
     before = sandbox.snapshot(meter)
-    if p.has("display_name"):
-        name = _bounded(p, "display_name", MAX_DISPLAY_NAME, required=True)
+    if params.has("display_name"):
+        name = _bounded(params, "display_name", MAX_DISPLAY_NAME, required=True)
         meter["display_name"] = name
     if meter != before:
         meter["updated"] = sandbox.now()
@@ -122,20 +126,20 @@ def reactivate_meter(call: Call) -> Obj:
 
 def list_meters(call: Call) -> Obj:
     call.allow("billing.meter.list")
-    p = call.params
+    params = call.params
     items = call.sandbox.store.newest_first("billing.meter")
-    status = p.enum("status", ("active", "inactive"))
+    status = params.enum("status", ("active", "inactive"))
     if status is not None:
-        items = [m for m in items if m["status"] == status]
-    return paginate(p, items, call.route_path, "billing.meter")
+        items = [meter for meter in items if meter["status"] == status]
+    return paginate(params, items, call.route_path, "billing.meter")
 
 
 def create_meter_event(call: Call) -> Obj:
     call.allow("billing.meter_event.create")
-    p, sandbox = call.params, call.sandbox
-    event_name = _bounded(p, "event_name", MAX_NAME, required=True)
+    params, sandbox = call.params, call.sandbox
+    event_name = _bounded(params, "event_name", MAX_NAME, required=True)
     assert event_name is not None
-    raw = p.raw("payload")
+    raw = params.raw("payload")
     if raw is None or raw == "" or raw == {}:
         raise parameter_missing("payload")
     if not isinstance(raw, dict):
@@ -153,13 +157,13 @@ def create_meter_event(call: Call) -> Obj:
                 param=name,
             )
         payload[key] = value
-    identifier = _bounded(p, "identifier", MAX_NAME)
+    identifier = _bounded(params, "identifier", MAX_NAME)
     return meters.record_event(
         sandbox,
         event_name=event_name,
         payload=payload,
         identifier=identifier,
-        timestamp=p.integer("timestamp"),
+        timestamp=params.integer("timestamp"),
     )
 
 
@@ -168,17 +172,17 @@ _WINDOWS = {"hour": 3600, "day": 86400}
 
 def list_event_summaries(call: Call) -> Obj:
     call.allow("billing.meter.list_event_summaries")
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     meter = sandbox.get("billing.meter", call.path["id"])
-    customer_id = p.req_str("customer")
+    customer_id = params.req_str("customer")
     customer = sandbox.store.get("customer", customer_id)
     if customer is None or customer.get("deleted"):
         raise resource_missing("customer", customer_id, param="customer")
-    start = p.integer("start_time", required=True)
-    end = p.integer("end_time", required=True)
+    start = params.integer("start_time", required=True)
+    end = params.integer("end_time", required=True)
     assert start is not None
     assert end is not None
-    window_name = p.enum("value_grouping_window", tuple(_WINDOWS))
+    window_name = params.enum("value_grouping_window", tuple(_WINDOWS))
     for key, value in (("start_time", start), ("end_time", end)):
         if value % 60:
             raise invalid_request(f"`{key}` must be aligned with minute boundaries.", param=key)
@@ -200,4 +204,4 @@ def list_event_summaries(call: Call) -> Obj:
                 param="value_grouping_window",
             )
     items = meters.summaries(sandbox, meter, customer_id, start, end, window)
-    return paginate(p, items, call.route_path, "billing.meter_event_summary")
+    return paginate(params, items, call.route_path, "billing.meter_event_summary")

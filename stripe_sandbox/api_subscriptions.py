@@ -11,8 +11,8 @@ from .errors import StripeError, invalid_request, parameter_missing, resource_mi
 
 
 def create_subscription(call: Call) -> Obj:
-    p, sandbox = call.params, call.sandbox
-    customer_id = p.req_str("customer")
+    params, sandbox = call.params, call.sandbox
+    customer_id = params.req_str("customer")
     customer = sandbox.store.get("customer", customer_id)
     if customer is None or customer.get("deleted"):
         raise resource_missing("customer", customer_id, param="customer")
@@ -21,9 +21,9 @@ def create_subscription(call: Call) -> Obj:
 
 
 def _create_subscription(call: Call, customer: Obj) -> Obj:
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     now = sandbox.now()
-    items = p.sub_list("items")
+    items = params.sub_list("items")
     if not items:
         raise parameter_missing("items")
     resolved = [resolve_line_item(sandbox, item, default_quantity=1) for item in items]
@@ -35,7 +35,7 @@ def _create_subscription(call: Call, customer: Obj) -> Obj:
         )
     if len({price["currency"] for price, _ in resolved}) > 1:
         raise invalid_request("All prices on a subscription must have the same currency.", param="items")
-    behavior = p.enum(
+    behavior = params.enum(
         "payment_behavior",
         ("allow_incomplete", "default_incomplete", "error_if_incomplete", "pending_if_incomplete"),
     )
@@ -44,9 +44,9 @@ def _create_subscription(call: Call, customer: Obj) -> Obj:
             "payment_behavior=pending_if_incomplete is not implemented by the sandbox.",
             param="payment_behavior",
         )
-    trial_end = trial_end_of(sandbox, p, now=now)
+    trial_end = trial_end_of(sandbox, params, now=now)
     missing = "create_invoice"
-    settings = p.sub("trial_settings")
+    settings = params.sub("trial_settings")
     if settings is not None:
         end_behavior = settings.sub("end_behavior")
         if end_behavior is not None:
@@ -55,7 +55,7 @@ def _create_subscription(call: Call, customer: Obj) -> Obj:
                 or "create_invoice"
             )
     payment_method = None
-    payment_method_id = p.string("default_payment_method")
+    payment_method_id = params.string("default_payment_method")
     if payment_method_id is not None:
         payment_method = call.payment_method(payment_method_id, "default_payment_method")
         if payment_method["customer"] != customer["id"]:
@@ -82,11 +82,11 @@ def _create_subscription(call: Call, customer: Obj) -> Obj:
         customer=customer,
         recurring_items=resolved,
         one_time_items=[],
-        metadata=p.metadata() or {},
+        metadata=params.metadata() or {},
         payment_method=payment_method,
         trial_end=trial_end,
         payment_behavior=behavior or "allow_incomplete",
-        description=p.string("description"),
+        description=params.string("description"),
         missing_payment_method=missing,
     )
     return subscription
@@ -109,8 +109,8 @@ MIN_AMOUNT = 50  # Stripe's smallest charge in USD cents; the sandbox applies it
 
 
 def create_payment_intent(call: Call) -> Obj:
-    p, sandbox = call.params, call.sandbox
-    amount = p.integer("amount", required=True)
+    params, sandbox = call.params, call.sandbox
+    amount = params.integer("amount", required=True)
     assert amount is not None
     if amount < MIN_AMOUNT or amount > 99_999_999:
         raise invalid_request(
@@ -120,23 +120,23 @@ def create_payment_intent(call: Call) -> Obj:
             param="amount",
             code="amount_too_small" if amount < MIN_AMOUNT else "amount_too_large",
         )
-    currency = p.req_str("currency").lower()
-    customer_id = p.string("customer")
+    currency = params.req_str("currency").lower()
+    customer_id = params.string("customer")
     if customer_id is not None:
         customer = sandbox.store.get("customer", customer_id)
         if customer is None or customer.get("deleted"):
             raise resource_missing("customer", customer_id, param="customer")
-    types = p.str_list("payment_method_types")
+    types = params.str_list("payment_method_types")
     if types is not None and types != ["card"]:
         raise invalid_request(
             "The sandbox only implements payment_method_types=['card'].", param="payment_method_types"
         )
-    automatic = p.sub("automatic_payment_methods")
+    automatic = params.sub("automatic_payment_methods")
     if automatic is not None:
         automatic.boolean("enabled")
         automatic.enum("allow_redirects", ("always", "never"))
     with sandbox.on_clock(sandbox.clock_of(customer_id)):
-        payment_method_id = p.string("payment_method")
+        payment_method_id = params.string("payment_method")
         payment_method = (
             None if payment_method_id is None else call.payment_method(payment_method_id, "payment_method")
         )
@@ -155,13 +155,13 @@ def create_payment_intent(call: Call) -> Obj:
             currency=currency,
             customer_id=customer_id,
             payment_method=payment_method,
-            description=p.string("description"),
-            metadata=p.metadata() or {},
+            description=params.string("description"),
+            metadata=params.metadata() or {},
         )
-        receipt_email = p.string("receipt_email")
+        receipt_email = params.string("receipt_email")
         if receipt_email is not None:
             payment_intent["receipt_email"] = receipt_email
-        if p.boolean("confirm"):
+        if params.boolean("confirm"):
             if payment_method is None:
                 raise invalid_request(
                     "You cannot confirm this PaymentIntent because it's missing a payment method.",
@@ -172,14 +172,14 @@ def create_payment_intent(call: Call) -> Obj:
                 call,
                 payment_intent,
                 payment_method,
-                off_session=bool(p.boolean("off_session")),
-                return_url=p.string("return_url"),
+                off_session=bool(params.boolean("off_session")),
+                return_url=params.string("return_url"),
             )
     return payment_intent
 
 
 def confirm_payment_intent(call: Call) -> Obj:
-    p, sandbox = call.params, call.sandbox
+    params, sandbox = call.params, call.sandbox
     payment_intent = sandbox.get("payment_intent", call.path["id"])
     if payment_intent["status"] not in ("requires_payment_method", "requires_confirmation"):
         raise invalid_request(
@@ -187,7 +187,7 @@ def confirm_payment_intent(call: Call) -> Obj:
             code="payment_intent_unexpected_state",
         )
     with sandbox.on_clock(sandbox.clock_of(payment_intent["customer"])):
-        payment_method_id = p.string("payment_method") or payment_intent["payment_method"]
+        payment_method_id = params.string("payment_method") or payment_intent["payment_method"]
         if payment_method_id is None:
             raise invalid_request(
                 "You cannot confirm this PaymentIntent because it's missing a payment method.",
@@ -199,8 +199,8 @@ def confirm_payment_intent(call: Call) -> Obj:
             call,
             payment_intent,
             payment_method,
-            off_session=bool(p.boolean("off_session")),
-            return_url=p.string("return_url"),
+            off_session=bool(params.boolean("off_session")),
+            return_url=params.string("return_url"),
         )
     return payment_intent
 

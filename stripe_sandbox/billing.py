@@ -1,8 +1,8 @@
-"""Subscription lifecycle: start, renew, retry failed payments, cancel; and the clock that drives it.
+"""Subscription lifecycle: start, renew, retry failed payments, cancel.
 
 Every state change goes through `Sandbox.emit` so webhooks see what Stripe would send. The
-renewal and retry schedule is driven by the sandbox clock (`clocks.advance_to`), which processes due work
-strictly in time order so that advancing three months renews three times.
+renewal and retry schedule is driven by the sandbox clock (`clocks.advance_to`), which processes
+due work strictly in time order so that advancing three months renews three times.
 """
 
 from __future__ import annotations
@@ -74,9 +74,15 @@ def start_subscription(
         end = add_interval(now, first_recurring["interval"], first_recurring["interval_count"], _day(now))
     items = [
         objects_billing.subscription_item(
-            id_=new_id("si"), now=now, subscription_id=subscription_id, p=p, quantity=q, start=now, end=end
+            id_=new_id("si"),
+            now=now,
+            subscription_id=subscription_id,
+            price=price,
+            quantity=quantity,
+            start=now,
+            end=end,
         )
-        for p, q in recurring_items
+        for price, quantity in recurring_items
     ]
     subscription = objects_billing.subscription(
         id_=subscription_id,
@@ -100,7 +106,7 @@ def start_subscription(
         subscription["status"] = "incomplete"
     sandbox.store.put(subscription)
     extra = [
-        {"id": new_id("si"), "price": p, "quantity": q} for p, q in one_time_items
+        {"id": new_id("si"), "price": price, "quantity": quantity} for price, quantity in one_time_items
     ]  # one-time prices bill once, on the first invoice only
     invoice = _new_invoice(
         sandbox, subscription, customer, "subscription_create", now, now, extra, trial=trial_end is not None
@@ -435,9 +441,9 @@ def pay_invoice(sandbox: Sandbox, invoice: Obj, payment_method: Obj | None) -> O
 
 def _open_invoices(sandbox: Sandbox, subscription_id: str) -> list[Obj]:
     return [
-        i
-        for i in sandbox.store.objects["invoice"].values()
-        if subscription_of(i) == subscription_id and i["status"] == "open"
+        candidate
+        for candidate in sandbox.store.objects["invoice"].values()
+        if subscription_of(candidate) == subscription_id and candidate["status"] == "open"
     ]
 
 
@@ -534,9 +540,9 @@ def retry(sandbox: Sandbox, invoice: Obj) -> None:
     before = sandbox.snapshot(subscription)
     if _collect(sandbox, invoice, subscription):
         if subscription["status"] in ("past_due", "unpaid") and all(
-            i["status"] != "open"
-            for i in sandbox.store.objects["invoice"].values()
-            if subscription_of(i) == subscription_id
+            candidate["status"] != "open"
+            for candidate in sandbox.store.objects["invoice"].values()
+            if subscription_of(candidate) == subscription_id
         ):
             subscription["status"] = "active"
         sandbox.emit_updated("customer.subscription.updated", before, subscription)

@@ -53,7 +53,9 @@ _SPECIAL: dict[str, tuple[str, str, str]] = {
     "4000002500003155": ("visa", "credit", "authenticate"),
 }
 
-CHALLENGE_CARDS = frozenset(n for n, (_b, _f, behaviour) in _SPECIAL.items() if behaviour == "authenticate")
+CHALLENGE_CARDS = frozenset(
+    number for number, (_brand, _funding, behaviour) in _SPECIAL.items() if behaviour == "authenticate"
+)
 
 # Stripe's test PaymentMethod ids; each use makes a new PaymentMethod from the card number.
 MAGIC_PAYMENT_METHODS: dict[str, str] = {

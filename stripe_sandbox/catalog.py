@@ -58,23 +58,23 @@ def trial_end_of(sandbox: Sandbox, params: Params, *, now: int) -> int | None:
 _CURRENCY = re.compile(r"^[a-z]{3}$")
 
 
-def price_from_params(sandbox: Sandbox, p: Params, *, inline: bool) -> Obj:
+def price_from_params(sandbox: Sandbox, params: Params, *, inline: bool) -> Obj:
     """Create a price from `prices.create` params, or from `price_data` (inline, inactive)."""
-    currency = p.req_str("currency").lower()
+    currency = params.req_str("currency").lower()
     if not _CURRENCY.match(currency):
-        raise invalid_request(f"Invalid currency: {currency}.", param=p.param("currency"))
-    unit_amount = p.integer("unit_amount")
+        raise invalid_request(f"Invalid currency: {currency}.", param=params.param("currency"))
+    unit_amount = params.integer("unit_amount")
     if unit_amount is None:
-        raise parameter_missing(p.param("unit_amount"))
+        raise parameter_missing(params.param("unit_amount"))
     if unit_amount < 0:
-        raise invalid_request("Invalid non-negative integer", param=p.param("unit_amount"))
-    product_id = p.string("product")
-    product_data = p.sub("product_data")
+        raise invalid_request("Invalid non-negative integer", param=params.param("unit_amount"))
+    product_id = params.string("product")
+    product_data = params.sub("product_data")
     if product_id is None and product_data is None:
-        raise parameter_missing(p.param("product"))
+        raise parameter_missing(params.param("product"))
     if product_id is not None:
         if sandbox.store.get("product", product_id) is None:
-            raise resource_missing("product", product_id, param=p.param("product"))
+            raise resource_missing("product", product_id, param=params.param("product"))
     else:
         assert product_data is not None
         product = objects.product(
@@ -89,7 +89,7 @@ def price_from_params(sandbox: Sandbox, p: Params, *, inline: bool) -> Obj:
         sandbox.emit("product.created", product)
         product_id = product["id"]
     recurring = None
-    recurring_params = p.sub("recurring")
+    recurring_params = params.sub("recurring")
     if recurring_params is not None:
         interval = recurring_params.enum("interval", ("day", "week", "month", "year"), required=True)
         count = recurring_params.integer("interval_count") or 1
@@ -97,16 +97,17 @@ def price_from_params(sandbox: Sandbox, p: Params, *, inline: bool) -> Obj:
             raise invalid_request("Invalid interval_count.", param=recurring_params.param("interval_count"))
         recurring = objects.recurring(str(interval), count)
         _metered(sandbox, recurring_params, recurring)
-    lookup_key = None if inline else p.string("lookup_key")
+    lookup_key = None if inline else params.string("lookup_key")
     if lookup_key is not None:
         holder = next(
-            (x for x in sandbox.store.objects["price"].values() if x["lookup_key"] == lookup_key), None
+            (other for other in sandbox.store.objects["price"].values() if other["lookup_key"] == lookup_key),
+            None,
         )
         if holder is not None:
-            if p.boolean("transfer_lookup_key") is not True:
+            if params.boolean("transfer_lookup_key") is not True:
                 raise invalid_request(
                     f"A price (`{holder['id']}`) already uses that lookup key.",
-                    param=p.param("lookup_key"),
+                    param=params.param("lookup_key"),
                 )
             before = sandbox.snapshot(holder)
             holder["lookup_key"] = None
@@ -119,9 +120,9 @@ def price_from_params(sandbox: Sandbox, p: Params, *, inline: bool) -> Obj:
         unit_amount=unit_amount,
         recurring=recurring,
         lookup_key=lookup_key,
-        nickname=None if inline else p.string("nickname"),
-        active=not inline and p.boolean("active") is not False,
-        metadata={} if inline else (p.metadata() or {}),
+        nickname=None if inline else params.string("nickname"),
+        active=not inline and params.boolean("active") is not False,
+        metadata={} if inline else (params.metadata() or {}),
     )
     sandbox.store.put(price)
     sandbox.emit("price.created", price)

@@ -46,18 +46,18 @@ def resolve_line_item(
     if price_id is None and price_data is None:
         raise parameter_missing(item.param("price"))
     if price_id is not None:
-        p = sandbox.store.get("price", price_id)
-        if p is None:
+        price = sandbox.store.get("price", price_id)
+        if price is None:
             raise resource_missing("price", price_id, param=item.param("price"))
-        if not p["active"]:
+        if not price["active"]:
             raise invalid_request(
                 "The price specified is inactive. This field only accepts active prices.",
                 param=item.param("price"),
             )
     else:
         assert price_data is not None
-        p = price_from_params(sandbox, price_data, inline=True)
-    if objects.is_metered(p):
+        price = price_from_params(sandbox, price_data, inline=True)
+    if objects.is_metered(price):
         if item.has("quantity"):
             raise invalid_request(
                 "You cannot set the quantity for metered plans."
@@ -66,12 +66,12 @@ def resolve_line_item(
                 f"`{item.prefix}`",
                 param=item.param("quantity"),
             )
-        return p, None
+        return price, None
     if quantity is None:
         raise parameter_missing(item.param("quantity"))
     if quantity < 1:
         raise invalid_request("This value must be greater than or equal to 1.", param=item.param("quantity"))
-    return p, quantity
+    return price, quantity
 
 
 def create_session(sandbox: Sandbox, params: Params) -> Obj:
@@ -100,10 +100,10 @@ def create_session(sandbox: Sandbox, params: Params) -> Obj:
     if not items:
         raise parameter_missing("line_items")
     resolved = [resolve_line_item(sandbox, item) for item in items]
-    currencies = {p["currency"] for p, _ in resolved}
+    currencies = {price["currency"] for price, _ in resolved}
     if len(currencies) > 1:
         raise invalid_request("All prices must be in the same currency.", param="line_items")
-    recurring = [(p, q) for p, q in resolved if p["recurring"]]
+    recurring = [(price, quantity) for price, quantity in resolved if price["recurring"]]
     if mode == "subscription" and not recurring:
         raise invalid_request(
             "You must provide at least one recurring price in `subscription` mode when using prices.",
@@ -162,13 +162,15 @@ def create_session(sandbox: Sandbox, params: Params) -> Obj:
         cancel_url=cancel_url,
         expires_at=expires_at,
         currency=resolved[0][0]["currency"],
-        amount_subtotal=sum(p["unit_amount"] * (q or 0) for p, q in resolved),
+        amount_subtotal=sum(price["unit_amount"] * (quantity or 0) for price, quantity in resolved),
         customer_creation=customer_creation or ("if_required" if mode == "payment" else None),
         locale=params.string("locale"),
     )
     sandbox.store.put(session)
     sandbox.store.priv(session_id).update(
-        line_items=[{"id": new_id("li"), "price": p["id"], "quantity": q} for p, q in resolved],
+        line_items=[
+            {"id": new_id("li"), "price": price["id"], "quantity": quantity} for price, quantity in resolved
+        ],
         subscription_metadata=sub_metadata,
         trial_days=trial_days,
         trial_end=trial_end,
@@ -180,12 +182,12 @@ def create_session(sandbox: Sandbox, params: Params) -> Obj:
 def line_items(sandbox: Sandbox, session: Obj) -> list[Obj]:
     result = []
     for entry in sandbox.store.priv(session["id"])["line_items"]:
-        p = sandbox.get("price", entry["price"])
-        product = sandbox.store.get("product", p["product"])
-        name = product["name"] if product else p["product"]
+        price = sandbox.get("price", entry["price"])
+        product = sandbox.store.get("product", price["product"])
+        name = product["name"] if product else price["product"]
         result.append(
             objects.checkout_line_item(
-                id_=entry["id"], p=sandbox.snapshot(p), product_name=name, quantity=entry["quantity"]
+                id_=entry["id"], price=sandbox.snapshot(price), product_name=name, quantity=entry["quantity"]
             )
         )
     return result
@@ -239,7 +241,7 @@ def _pay_session(
     if customer is not None:
         sandbox.emit("payment_method.attached", payment_method)
     before = sandbox.snapshot(session)
-    items = [(sandbox.get("price", e["price"]), e["quantity"]) for e in private["line_items"]]
+    items = [(sandbox.get("price", entry["price"]), entry["quantity"]) for entry in private["line_items"]]
     if session["mode"] == "subscription":
         assert customer is not None
         trial_days = private.get("trial_days")
@@ -249,8 +251,8 @@ def _pay_session(
         subscription, invoice = billing.start_subscription(
             sandbox,
             customer=customer,
-            recurring_items=[(p, q) for p, q in items if p["recurring"]],
-            one_time_items=[(p, int(q)) for p, q in items if not p["recurring"]],
+            recurring_items=[(price, quantity) for price, quantity in items if price["recurring"]],
+            one_time_items=[(price, int(quantity)) for price, quantity in items if not price["recurring"]],
             metadata=dict(private["subscription_metadata"]),
             payment_method=payment_method,
             trial_end=trial_end,

@@ -41,11 +41,11 @@ def _render(
     email = values.get("email") or customer_email or session["customer_email"] or ""
     readonly = " readonly" if (customer_email or session["customer_email"]) else ""
     rows = "".join(
-        f"<li>{esc(i['description'])} x {esc(i['quantity'] or 'usage')} — "
-        f"{esc(money(i['amount_total'], i['currency']))}"
-        + (f" / {esc(i['price']['recurring']['interval'])}" if i["price"]["recurring"] else "")
+        f"<li>{esc(item['description'])} x {esc(item['quantity'] or 'usage')} — "
+        f"{esc(money(item['amount_total'], item['currency']))}"
+        + (f" / {esc(item['price']['recurring']['interval'])}" if item["price"]["recurring"] else "")
         + "</li>"
-        for i in items
+        for item in items
     )
     subscribe = session["mode"] == "subscription"
     cancel = (
@@ -118,7 +118,10 @@ async def submit(request: Request) -> Response:
     if session is None or session["status"] != "open":
         return _inactive(session)
     form = await read_form(request)
-    values = {k: form.get(k, "") for k in ("email", "cardNumber", "cardExpiry", "cardCvc", "billingName")}
+    values = {
+        field: form.get(field, "")
+        for field in ("email", "cardNumber", "cardExpiry", "cardCvc", "billingName")
+    }
     if needs_challenge(values["cardNumber"]):
         sandbox.store.priv(str(session["id"]))["pending_3ds"] = values
         return _challenge(session)

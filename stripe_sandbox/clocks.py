@@ -46,7 +46,7 @@ def _next_due(sandbox: Sandbox, clock_id: str | None) -> tuple[int, str, Obj] | 
             candidates.append((invoice["next_payment_attempt"], "retry", invoice))
     if not candidates:
         return None
-    return min(candidates, key=lambda c: c[0])
+    return min(candidates, key=lambda candidate: candidate[0])
 
 
 def advance_to(sandbox: Sandbox, target: int, clock_id: str | None = None) -> None:

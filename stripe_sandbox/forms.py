@@ -28,7 +28,7 @@ def _split_key(key: str) -> list[str]:
         return [key]
     rest = "[" + rest
     segments = _SEGMENT.findall(rest)
-    if "".join(f"[{s}]" for s in segments) != rest or not head:
+    if "".join(f"[{segment}]" for segment in segments) != rest or not head:
         raise invalid_request(f"Invalid parameter name: {key}", param=key)
     return [head, *segments]
 
@@ -169,9 +169,9 @@ class Params:
             return []
         if isinstance(value, str):
             raise invalid_request(f"Invalid array: {self.param(key)}", param=self.param(key))
-        if not all(k.isdigit() for k in value):
+        if not all(index.isdigit() for index in value):
             raise invalid_request(f"Invalid array: {self.param(key)}", param=self.param(key))
-        return [value[k] for k in sorted(value, key=int)]
+        return [value[index] for index in sorted(value, key=int)]
 
     def str_list(self, key: str) -> list[str] | None:
         items = self.array(key)

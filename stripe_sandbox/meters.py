@@ -33,9 +33,9 @@ _WHOLE = re.compile(r"^-?\d{1,15}$")
 def active_meter(sandbox: Sandbox, event_name: str) -> Obj | None:
     return next(
         (
-            m
-            for m in sandbox.store.objects["billing.meter"].values()
-            if m["event_name"] == event_name and m["status"] == "active"
+            candidate
+            for candidate in sandbox.store.objects["billing.meter"].values()
+            if candidate["event_name"] == event_name and candidate["status"] == "active"
         ),
         None,
     )
@@ -63,7 +63,7 @@ def _check_identifier(sandbox: Sandbox, identifier: str, now: int) -> None:
     if first is not None and now - first < IDENTIFIER_WINDOW:
         raise invalid_request(f"An event already exists with identifier {identifier}.", param="identifier")
     if len(seen) >= sandbox.config.meter_event_limit:
-        for key in [k for k, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
+        for key in [seen_identifier for seen_identifier, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
             del seen[key]
         if len(seen) >= sandbox.config.meter_event_limit:
             raise _full(sandbox)
@@ -122,7 +122,8 @@ def _aggregate(sandbox: Sandbox, meter: Obj | None, event: Obj, customer_key: st
     payload: dict[str, str] = event["payload"]
     if meter is None:
         inactive = any(
-            m["event_name"] == event["event_name"] for m in sandbox.store.objects["billing.meter"].values()
+            candidate["event_name"] == event["event_name"]
+            for candidate in sandbox.store.objects["billing.meter"].values()
         )
         if inactive:
             _report(sandbox, "archived_meter", "The meter for this event is deactivated.", event, None)
@@ -192,7 +193,7 @@ def _combine(formula: str, rows: list[list[Any]]) -> int:
     if formula == "last":
         if not rows:
             return 0
-        latest = max(range(len(rows)), key=lambda i: (rows[i][0], i))  # ties: the later arrival
+        latest = max(range(len(rows)), key=lambda item: (rows[item][0], item))  # ties: the later arrival
         return int(rows[latest][1])
     return sum(int(row[1]) for row in rows)
 
@@ -219,13 +220,13 @@ def summaries(
     formula = meter["default_aggregation"]["formula"]
     result = []
     for index in reversed(range((end - start + step - 1) // step)):
-        s, e = start + index * step, min(start + (index + 1) * step, end)
+        window_start, window_end = start + index * step, min(start + (index + 1) * step, end)
         result.append(
             objects_meters.meter_event_summary(
-                id_=summary_id(meter["id"], customer_id, s, e),
+                id_=summary_id(meter["id"], customer_id, window_start, window_end),
                 meter_id=meter["id"],
-                start=s,
-                end=e,
+                start=window_start,
+                end=window_end,
                 value=_combine(formula, buckets.get(index, [])),
             )
         )

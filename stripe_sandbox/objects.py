@@ -109,30 +109,30 @@ def recurring(interval: str, interval_count: int) -> Obj:
     }
 
 
-def is_metered(p: Obj) -> bool:
+def is_metered(price: Obj) -> bool:
     """A price billed in arrears for what its meter counted (`recurring.usage_type=metered`)."""
-    return bool(p["recurring"]) and p["recurring"].get("usage_type") == "metered"
+    return bool(price["recurring"]) and price["recurring"].get("usage_type") == "metered"
 
 
-def plan_from_price(p: Obj) -> Obj:
+def plan_from_price(price: Obj) -> Obj:
     """The legacy `plan` mirror that subscription items still carry next to `price`."""
-    recurring_object = p["recurring"] or recurring("month", 1)
+    recurring_object = price["recurring"] or recurring("month", 1)
     return {
-        "id": p["id"],
+        "id": price["id"],
         "object": "plan",
-        "active": p["active"],
-        "amount": p["unit_amount"],
-        "amount_decimal": p["unit_amount_decimal"],
+        "active": price["active"],
+        "amount": price["unit_amount"],
+        "amount_decimal": price["unit_amount_decimal"],
         "billing_scheme": "per_unit",
-        "created": p["created"],
-        "currency": p["currency"],
+        "created": price["created"],
+        "currency": price["currency"],
         "interval": recurring_object["interval"],
         "interval_count": recurring_object["interval_count"],
         "livemode": False,
-        "metadata": p["metadata"],
+        "metadata": price["metadata"],
         "meter": recurring_object["meter"],
-        "nickname": p["nickname"],
-        "product": p["product"],
+        "nickname": price["nickname"],
+        "product": price["product"],
         "tiers_mode": None,
         "transform_usage": None,
         "trial_period_days": None,
@@ -298,9 +298,9 @@ def customer_details(email: str | None, name: str | None) -> Obj:
     }
 
 
-def checkout_line_item(*, id_: str, p: Obj, product_name: str, quantity: int | None) -> Obj:
+def checkout_line_item(*, id_: str, price: Obj, product_name: str, quantity: int | None) -> Obj:
     """A session's line; a metered price has no quantity and costs nothing up front."""
-    amount = p["unit_amount"] * (quantity or 0)
+    amount = price["unit_amount"] * (quantity or 0)
     return {
         "id": id_,
         "object": "item",
@@ -309,10 +309,10 @@ def checkout_line_item(*, id_: str, p: Obj, product_name: str, quantity: int | N
         "amount_subtotal": amount,
         "amount_tax": 0,
         "amount_total": amount,
-        "currency": p["currency"],
+        "currency": price["currency"],
         "description": product_name,
         "metadata": {},
-        "price": p,
+        "price": price,
         "quantity": quantity,
     }
 

@@ -14,7 +14,7 @@ from .objects import Obj, list_envelope, plan_from_price
 
 
 def subscription_item(
-    *, id_: str, now: int, subscription_id: str, p: Obj, quantity: int | None, start: int, end: int
+    *, id_: str, now: int, subscription_id: str, price: Obj, quantity: int | None, start: int, end: int
 ) -> Obj:
     """An item; one with a metered price has no `quantity` at all, as on Stripe."""
     item: Obj = {
@@ -26,8 +26,8 @@ def subscription_item(
         "current_period_start": start,
         "discounts": [],
         "metadata": {},
-        "plan": plan_from_price(p),
-        "price": p,
+        "plan": plan_from_price(price),
+        "price": price,
         "quantity": quantity,
         "subscription": subscription_id,
         "tax_rates": [],
@@ -107,15 +107,15 @@ def invoice_line(
 ) -> Obj:
     """A line for `item` over `[start, end)`: its quantity, or for a metered item the `usage` its
     meter counted (none yet: 0)."""
-    p = item["price"]
+    price = item["price"]
     quantity = int(item["quantity"]) if "quantity" in item else max(usage or 0, 0)
-    amount = p["unit_amount"] * quantity
+    amount = price["unit_amount"] * quantity
     return {
         "id": id_,
         "object": "line_item",
         "amount": amount,
-        "currency": p["currency"],
-        "description": f"{quantity} x {p.get('nickname') or p['product']}",
+        "currency": price["currency"],
+        "description": f"{quantity} x {price.get('nickname') or price['product']}",
         "discount_amounts": [],
         "discountable": True,
         "discounts": [],
@@ -136,9 +136,9 @@ def invoice_line(
         "period": {"end": end, "start": start},
         "pretax_credit_amounts": [],
         "pricing": {
-            "price_details": {"price": p["id"], "product": p["product"]},
+            "price_details": {"price": price["id"], "product": price["product"]},
             "type": "price_details",
-            "unit_amount_decimal": p["unit_amount_decimal"],
+            "unit_amount_decimal": price["unit_amount_decimal"],
         },
         "quantity": quantity,
         "quantity_decimal": str(quantity),

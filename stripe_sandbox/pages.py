@@ -53,7 +53,7 @@ def page(
     title: str, body: str, *, status: int = 200, redirect_targets: tuple[str | None, ...] = ()
 ) -> HTMLResponse:
     nonce = secrets.token_urlsafe(16)
-    origins = sorted({o for o in (_origin(u) for u in redirect_targets) if o})
+    origins = sorted({origin for origin in (_origin(target) for target in redirect_targets) if origin})
     csp = (
         f"default-src 'none'; style-src 'nonce-{nonce}'; form-action 'self' {' '.join(origins)}".rstrip()
         + "; frame-ancestors 'none'; base-uri 'none'"

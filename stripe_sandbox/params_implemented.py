@@ -24,7 +24,9 @@ _PAGE = ("limit", "starting_after", "ending_before")
 _CREATED = ("created", "created.gt", "created.gte", "created.lt", "created.lte")
 _LIST = (*_PAGE, *_CREATED)
 _META = ("metadata.*",)
-_ADDRESS = tuple(f"address.{k}" for k in ("city", "country", "line1", "line2", "postal_code", "state"))
+_ADDRESS = tuple(
+    f"address.{field}" for field in ("city", "country", "line1", "line2", "postal_code", "state")
+)
 _RECURRING = ("recurring.interval", "recurring.interval_count")
 _PRODUCT_DATA = ("product_data.name", "product_data.description", "product_data.metadata.*")
 _PRICE_DATA = (
@@ -49,7 +51,7 @@ _CANCELLATION = ("cancellation_details.comment", "cancellation_details.feedback"
 _SUBSCRIPTION_ITEM = ("price", "quantity")
 _SUBSCRIPTION_CREATE = (
     "customer",
-    *(f"items.#.{k}" for k in _SUBSCRIPTION_ITEM),
+    *(f"items.#.{field}" for field in _SUBSCRIPTION_ITEM),
     "default_payment_method",
     "payment_behavior",
     "trial_period_days",
@@ -92,7 +94,7 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         *_META,
         "default_price_data.currency",
         "default_price_data.unit_amount",
-        *(f"default_price_data.{k}" for k in _RECURRING),
+        *(f"default_price_data.{field}" for field in _RECURRING),
     ),
     "POST /v1/products/{id}": ("name", "active", "description", "default_price", *_META),
     "GET /v1/products": ("active", "ids.#", *_LIST),
@@ -137,7 +139,7 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         *_META,
         "line_items.#.price",
         "line_items.#.quantity",
-        *(f"line_items.#.price_data.{k}" for k in _PRICE_DATA),
+        *(f"line_items.#.price_data.{field}" for field in _PRICE_DATA),
         "subscription_data.metadata.*",
         "subscription_data.trial_period_days",
         "subscription_data.trial_end",

@@ -282,7 +282,7 @@ def refund_charge(
 
 
 def _charge_previous(before: Obj, after: Obj) -> Obj:
-    return {k: before[k] for k in before if before[k] != after.get(k)}
+    return {field: before[field] for field in before if before[field] != after.get(field)}
 
 
 def open_dispute(sandbox: Sandbox, charge: Obj, reason: str) -> Obj:
@@ -325,7 +325,9 @@ def update_dispute(sandbox: Sandbox, dispute: Obj, evidence: dict[str, str], sub
         raise invalid_request(f"This dispute is {dispute['status']} and can no longer be updated.")
     before = sandbox.snapshot(dispute)
     dispute["evidence"].update(evidence)
-    dispute["evidence_details"]["has_evidence"] = any(dispute["evidence"].get(k) for k in DISPUTE_EVIDENCE)
+    dispute["evidence_details"]["has_evidence"] = any(
+        dispute["evidence"].get(field) for field in DISPUTE_EVIDENCE
+    )
     if submit:
         dispute["evidence_details"]["submission_count"] += 1
         dispute["status"] = "under_review"

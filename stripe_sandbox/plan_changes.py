@@ -92,7 +92,7 @@ def planned_items(sandbox: Sandbox, subscription: Obj, changes: list[Params]) ->
                     id_=new_id("si"),
                     now=sandbox.now(),
                     subscription_id=subscription["id"],
-                    p=price,
+                    price=price,
                     quantity=None if is_metered(price) else quantity or 1,
                     start=start,
                     end=end,

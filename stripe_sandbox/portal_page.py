@@ -87,9 +87,10 @@ async def show(request: Request) -> Response:
     if session is None:
         return _missing()
     subs = [
-        s
-        for s in sandbox.store.newest_first("subscription")
-        if s["customer"] == session["customer"] and s["status"] not in ("canceled", "incomplete_expired")
+        candidate
+        for candidate in sandbox.store.newest_first("subscription")
+        if candidate["customer"] == session["customer"]
+        and candidate["status"] not in ("canceled", "incomplete_expired")
     ]
     home = _home(request)
     blocks = []
@@ -172,13 +173,13 @@ def _choices(sandbox: Sandbox, subscription: Obj) -> list[Obj]:
     current = subscription["items"]["data"][0]["price"]
     recurring = current["recurring"]
     return [
-        p
-        for p in sandbox.store.newest_first("price")
-        if p["active"]
-        and p["recurring"]
-        and p["id"] != current["id"]
-        and p["currency"] == current["currency"]
-        and (p["recurring"]["interval"], p["recurring"]["interval_count"])
+        choice
+        for choice in sandbox.store.newest_first("price")
+        if choice["active"]
+        and choice["recurring"]
+        and choice["id"] != current["id"]
+        and choice["currency"] == current["currency"]
+        and (choice["recurring"]["interval"], choice["recurring"]["interval_count"])
         == (recurring["interval"], recurring["interval_count"])
     ][:20]
 
@@ -192,10 +193,11 @@ async def show_update(request: Request) -> Response:
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
     current = subscription["items"]["data"][0]["price"]
     options = "".join(
-        f'<form method="post"><input type=hidden name=price value="{esc(p["id"])}">'
-        f"<p>{esc(_product_name(sandbox, p))} — {esc(_price_text(p))}</p>"
-        f'<button type="submit" data-testid="select-price" data-price="{esc(p["id"])}">Select</button></form>'
-        for p in _choices(sandbox, subscription)
+        f'<form method="post"><input type=hidden name=price value="{esc(choice["id"])}">'
+        f"<p>{esc(_product_name(sandbox, choice))} — {esc(_price_text(choice))}</p>"
+        f'<button type="submit" data-testid="select-price" data-price="{esc(choice["id"])}">'
+        "Select</button></form>"
+        for choice in _choices(sandbox, subscription)
     )
     body = (
         f"<h1>Update plan</h1><p>Current: {esc(_product_name(sandbox, current))} "
@@ -212,12 +214,12 @@ async def submit_update(request: Request) -> Response:
     if subscription is None or subscription["cancel_at_period_end"]:
         return page("Billing", "<h1>Subscription not found</h1>", status=404)
     wanted = (await read_form(request)).get("price", "")
-    price = next((p for p in _choices(sandbox, subscription) if p["id"] == wanted), None)
+    price = next((choice for choice in _choices(sandbox, subscription) if choice["id"] == wanted), None)
     if price is None:
         return page("Billing", "<h1>That plan is not available</h1>", status=400)
     with sandbox.on_clock(sandbox.clock_of(subscription["customer"])):
         before = sandbox.snapshot(subscription)
-        items = [dict(i) for i in subscription["items"]["data"]]
+        items = [dict(item) for item in subscription["items"]["data"]]
         items[0]["price"] = price
         items[0]["plan"] = plan_from_price(price)
         billing.change_items(sandbox, subscription, items, "create_prorations", sandbox.now())

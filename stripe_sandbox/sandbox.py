@@ -48,8 +48,8 @@ _LABELS = {
 class SandboxClock:
     """Sandbox time: wall-clock time plus an offset that only ever grows.
 
-    Advancing runs everything that falls due on the way (renewals, retries, session expiry), in
-    time order, the way Stripe test clocks do.
+    Moving it forward is `clocks.advance_to` (the domain layer above), which runs everything that
+    falls due on the way (renewals, retries, session expiry) in time order, as Stripe test clocks do.
     """
 
     def __init__(self, sandbox: Sandbox) -> None:
@@ -82,7 +82,9 @@ def diff(before: Obj, after: Obj) -> Obj:
         if old == new:
             continue
         if key == "metadata" and isinstance(old, dict) and isinstance(new, dict):
-            previous[key] = {k: old.get(k) for k in set(old) | set(new) if old.get(k) != new.get(k)}
+            previous[key] = {
+                field: old.get(field) for field in set(old) | set(new) if old.get(field) != new.get(field)
+            }
         else:
             previous[key] = old
     return previous
@@ -184,7 +186,9 @@ class Sandbox:
 
     def emit(self, type_: str, obj: Obj, previous: Obj | None = None) -> Obj:
         endpoints = [
-            e["id"] for e in self.store.objects["webhook_endpoint"].values() if endpoint_wants(e, type_)
+            endpoint["id"]
+            for endpoint in self.store.objects["webhook_endpoint"].values()
+            if endpoint_wants(endpoint, type_)
         ]
         self.changed()
         request_id, idempotency_key = REQUEST_CONTEXT.get()
@@ -211,12 +215,12 @@ class Sandbox:
             targets = [endpoint_id]
         else:
             targets = [
-                e["id"]
-                for e in self.store.objects["webhook_endpoint"].values()
-                if endpoint_wants(e, event["type"])
+                endpoint["id"]
+                for endpoint in self.store.objects["webhook_endpoint"].values()
+                if endpoint_wants(endpoint, event["type"])
             ]
         pending: list[str] = self.store.priv(event["id"]).setdefault("pending_endpoints", [])
-        pending.extend(t for t in targets if t not in pending)
+        pending.extend(target for target in targets if target not in pending)
         event["pending_webhooks"] = len(pending)
         self.webhooks.enqueue(event["id"], targets)
         return event
@@ -246,8 +250,8 @@ class Sandbox:
 
     def _register_configured_endpoints(self) -> None:
         known = {
-            (e["url"], self.store.priv(e["id"]).get("secret"))
-            for e in self.store.objects["webhook_endpoint"].values()
+            (endpoint["url"], self.store.priv(endpoint["id"]).get("secret"))
+            for endpoint in self.store.objects["webhook_endpoint"].values()
         }
         for url, secret in self.config.webhook_endpoints:
             if (url, secret) in known:

@@ -55,25 +55,25 @@ def fail_renewals(call: Call) -> Obj:
 
 
 def pay_session(call: Call) -> Obj:
-    p = call.params
-    p.reject_unknown(("card_number", "email", "name", "exp", "cvc", "three_d_secure", "expand"))
-    outcome = p.enum("three_d_secure", ("complete", "fail")) or "complete"
+    params = call.params
+    params.reject_unknown(("card_number", "email", "name", "exp", "cvc", "three_d_secure", "expand"))
+    outcome = params.enum("three_d_secure", ("complete", "fail")) or "complete"
     session = call.sandbox.get("checkout.session", call.path["id"])
     if session["status"] != "open":
         raise invalid_request(
             f"This Checkout Session is no longer active (status `{session['status']}`).", param="session"
         )
     try:
-        if outcome == "fail" and checkout_page.needs_challenge(p.req_str("card_number")):
+        if outcome == "fail" and checkout_page.needs_challenge(params.req_str("card_number")):
             raise checkout_page.AUTHENTICATION_FAILED
         return checkout.pay_session(
             call.sandbox,
             session,
-            email=p.string("email") or session["customer_email"] or "sandbox@example.com",
-            name=p.string("name") or "Sandbox Customer",
-            number=p.req_str("card_number"),
-            expiry=p.string("exp") or "12/40",
-            cvc=p.string("cvc") or "123",
+            email=params.string("email") or session["customer_email"] or "sandbox@example.com",
+            name=params.string("name") or "Sandbox Customer",
+            number=params.req_str("card_number"),
+            expiry=params.string("exp") or "12/40",
+            cvc=params.string("cvc") or "123",
         )
     except Decline as decline:
         raise StripeError(
