@@ -22,6 +22,7 @@ from service.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+SANDBOX = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text())["project"]
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", re.MULTILINE)
 
 
@@ -48,19 +49,20 @@ def _owners(module: str, providers: dict[str, list[str]]) -> list[str]:
     ]
 
 
-def imported_distributions() -> set[str]:
-    """Distributions whose modules `service/` imports (not the standard library)."""
+def imported_distributions(package: str = "service") -> set[str]:
+    """Distributions whose modules `package` imports (not the standard library, not itself)."""
     imports: set[tuple[str, ...]] = set()  # each: the modules it may name, most specific first
-    for path in (ROOT / "service").rglob("*.py"):
+    for path in (ROOT / package).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 imports.update((alias.name,) for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 imports.update((f"{node.module}.{alias.name}", node.module) for alias in node.names)
-    providers = packages_distributions()
+    # An editable install names no top-level package (it only extends sys.path): say which it is.
+    providers = {**packages_distributions(), "stripe_sandbox": [SANDBOX["name"]]}
     found: set[str] = set()
     for names in imports:
-        if names[-1].partition(".")[0] in set(sys.stdlib_module_names) | {"service", "stripe_sandbox"}:
+        if names[-1].partition(".")[0] in set(sys.stdlib_module_names) | {package}:
             continue
         owners = next((owners for name in names if (owners := _owners(name, providers))), [names[-1]])
         found.update(canonicalize_name(dist) for dist in owners)
@@ -68,10 +70,29 @@ def imported_distributions() -> set[str]:
 
 
 def test_every_imported_package_is_a_declared_runtime_dependency() -> None:
-    """Or, for the tracing SDK imported only when tracing is on, a dependency of the `otel` extra."""
+    """Or, for the tracing SDK imported only when tracing is on, a dependency of the `otel` extra;
+    for the Stripe sandbox, of the `sandbox` extra."""
     declared = {canonicalize_name(requirement.name) for requirement in requirements()}
-    optional = {canonicalize_name(requirement.name) for requirement in requirements("otel")}
+    optional = {
+        canonicalize_name(requirement.name)
+        for group in ("otel", "sandbox")
+        for requirement in requirements(group)
+    }
     assert imported_distributions() - declared - optional == set()
+
+
+def test_the_sandbox_extra_is_the_sandbox_distribution_at_its_version() -> None:
+    (requirement,) = requirements("sandbox")
+    assert canonicalize_name(requirement.name) == canonicalize_name(SANDBOX["name"])
+    assert requirement.specifier.contains(SANDBOX["version"])
+    assert "paid-mcp-stripe-sandbox" in imported_distributions()
+
+
+def test_the_sandbox_declares_what_it_imports_and_the_service_pins_it_all() -> None:
+    """requirement.lock, compiled without the `sandbox` extra, still holds its dependencies."""
+    sandbox = {canonicalize_name(Requirement(line).name) for line in SANDBOX["dependencies"]}
+    assert imported_distributions("stripe_sandbox") == sandbox
+    assert sandbox <= {canonicalize_name(requirement.name) for requirement in requirements()}
 
 
 @pytest.mark.parametrize(

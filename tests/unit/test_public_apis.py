@@ -1,6 +1,6 @@
 """The service uses only the public names of its dependencies; workarounds live in `service/compat/`.
 
-An AST scan of service/ refuses, outside service/compat/:
+An AST scan of service/ and stripe_sandbox/ refuses, outside service/compat/:
 - importing from a third-party module path with a `_`-prefixed component (`mcp.server._otel`), or
   importing a `_`-prefixed name from a third-party module;
 - reading or writing `<something>._name` where `<something>` is not `self` or `cls`, not one of our
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 SERVICE = Path(__file__).resolve().parents[2] / "service"
+SANDBOX = SERVICE.parent / "stripe_sandbox"
 COMPAT = SERVICE / "compat"
-OURS = "service"
+OURS = ("service", "stripe_sandbox")
 
 # Our own private helpers, used by a module other than the one defining them: (file, name).
 OWN_PRIVATE_USES: frozenset[tuple[str, str]] = frozenset()
@@ -38,7 +39,7 @@ class Finding:
 
 def _third_party(module: str) -> bool:
     top = module.split(".", 1)[0]
-    return top not in (OURS, "__future__") and top not in sys.stdlib_module_names
+    return top not in (*OURS, "__future__") and top not in sys.stdlib_module_names
 
 
 def _private(part: str) -> bool:
@@ -70,10 +71,10 @@ def _own_module_aliases(tree: ast.AST) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".", 1)[0] == OURS:
+                if alias.name.split(".", 1)[0] in OURS:
                     aliases.add(alias.asname or alias.name.split(".", 1)[0])
         elif isinstance(node, ast.ImportFrom) and (
-            node.level > 0 or (node.module and node.module.split(".", 1)[0] == OURS)
+            node.level > 0 or (node.module and node.module.split(".", 1)[0] in OURS)
         ):
             aliases.update(alias.asname or alias.name for alias in node.names)
     return aliases
@@ -109,7 +110,7 @@ def scan(source: str, path: str) -> list[Finding]:
 
 def service_findings() -> list[Finding]:
     findings: list[Finding] = []
-    for file in sorted(SERVICE.rglob("*.py")):
+    for file in sorted([*SERVICE.rglob("*.py"), *SANDBOX.rglob("*.py")]):
         if COMPAT in file.parents:
             continue
         path = str(file.relative_to(SERVICE.parent))
