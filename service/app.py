@@ -23,6 +23,10 @@ from service.billing.endpoints import router as billing_router
 from service.billing.plans import PlanCatalog
 from service.billing.redirects import RedirectPolicy
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.endpoints import WEBHOOK_PATH, WebhookEndpoint
+from service.billing.stripe_sync.reconciler import lease_holder
+from service.billing.stripe_sync.verification import WebhookChecks
+from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
@@ -71,10 +75,6 @@ from service.web.database_unavailable import DatabaseUnavailableMiddleware, data
 from service.web.pages import STATIC_DIR, Pages
 from service.web.routes import TemplateRoute
 from service.web.security_headers import SecurityHeadersMiddleware
-from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
-from service.webhooks.reconciler import lease_holder
-from service.webhooks.verification import WebhookChecks
-from service.webhooks.wiring import build_stripe_sync
 
 
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:

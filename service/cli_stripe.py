@@ -15,6 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
+from service.billing.stripe_sync.reconciler import ReconcileReport, lease_holder
+from service.billing.stripe_sync.stripe_events import StripeEventData
+from service.billing.stripe_sync.wiring import StripeSync, build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
@@ -24,9 +27,6 @@ from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.tool_packages import ToolPackageError, load_tools
-from service.webhooks.events import StripeEventData
-from service.webhooks.reconciler import ReconcileReport, lease_holder
-from service.webhooks.wiring import StripeSync, build_stripe_sync
 
 
 class CommandFailed(Exception):

@@ -28,6 +28,8 @@ from sqlmodel import select
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.verification import WebhookChecks, verify_event
+from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.subscriptions import entitled_plan_ids
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
@@ -38,8 +40,6 @@ from service.paywall.models import Elicitation
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.stripe_sandbox import SandboxConfig, create_sandbox_app, sign_webhook_payload
-from service.webhooks.verification import WebhookChecks, verify_event
-from service.webhooks.wiring import build_stripe_sync
 from tests.support.databases import DatabaseTemplates
 from tests.support.servers import bound_socket, port_of
 

@@ -7,14 +7,14 @@ from datetime import timedelta
 
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.applier import StripeStateApplier
+from service.billing.stripe_sync.processor import WebhookProcessor
+from service.billing.stripe_sync.reconciler import Reconciler
 from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
-from service.webhooks.applier import StripeStateApplier
-from service.webhooks.processor import WebhookProcessor
-from service.webhooks.reconciler import Reconciler
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,13 @@ from service.billing.leases import HeldLease, LeaseLost
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeData, StripeGateway
+from service.billing.stripe_sync.applier import (
+    EventIgnored,
+    FreshPayment,
+    FreshSubscription,
+    Outcome,
+    StripeStateApplier,
+)
 from service.billing.subscriptions import SubscriptionRejected
 from service.billing.usage_models import CreditEntry
 from service.db.engine import SessionFactory
@@ -32,13 +39,6 @@ from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.periodic import Pace
-from service.webhooks.applier import (
-    EventIgnored,
-    FreshPayment,
-    FreshSubscription,
-    Outcome,
-    StripeStateApplier,
-)
 
 logger = logging.getLogger(__name__)
 

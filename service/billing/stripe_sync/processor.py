@@ -20,11 +20,7 @@ from service.audit.service import AuditKind, record_many
 from service.billing.models import StripeEvent
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeGateway
-from service.billing.subscriptions import SubscriptionRejected, customer_of, lock_for_apply
-from service.db.engine import SessionFactory
-from service.db.metadata import utcnow
-from service.paywall.bus import CompletionBus
-from service.webhooks.applier import (
+from service.billing.stripe_sync.applier import (
     KEEP,
     EventIgnored,
     FreshPayment,
@@ -33,9 +29,13 @@ from service.webhooks.applier import (
     StripeStateApplier,
     subscription_of_invoice,
 )
-from service.webhooks.events import StripeEventData
-from service.webhooks.fresh_reads import CoalescedReads
-from service.webhooks.group_commit import GroupCommit
+from service.billing.stripe_sync.fresh_reads import CoalescedReads
+from service.billing.stripe_sync.stripe_events import StripeEventData
+from service.billing.subscriptions import SubscriptionRejected, customer_of, lock_for_apply
+from service.db.engine import SessionFactory
+from service.db.group_commit import GroupCommit
+from service.db.metadata import utcnow
+from service.paywall.bus import CompletionBus
 
 logger = logging.getLogger(__name__)
 
