@@ -10,10 +10,10 @@ import time
 from collections.abc import Iterable
 from datetime import timedelta
 
+from service.billing.events import EntitlementChanged
 from service.billing.subscriptions import entitled_plan_ids
 from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
-from service.paywall.bus import EntitlementChanged
 
 MAX_REMEMBERED_WITHOUT_CREDITS = 100_000
 
