@@ -30,7 +30,7 @@ WARMUP = 20
 
 
 def _checkout_event(user_id: str, elicitation_id: str, index: int, now: int) -> Any:
-    from service.webhooks.events import StripeEventData
+    from service.billing.stripe_sync.stripe_events import StripeEventData
 
     session = {
         "id": f"cs_test_{index}",
@@ -69,12 +69,12 @@ async def main(checkouts: int, top: int) -> None:
 
     from service.app import create_app
     from service.billing.models import StripeCustomer
+    from service.billing.stripe_sync.applier import FreshSubscription
     from service.db.metadata import utcnow
     from service.identity import service as identity
     from service.paywall.models import Elicitation
     from service.process_tuning import ProcessTuning
     from service.settings import Settings
-    from service.webhooks.applier import FreshSubscription
 
     database_url, db_name = seed.postgres_database()
     try:

@@ -20,9 +20,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.audit.sampling import AuditSampler
 from service.billing.embedded_sandbox import embedded_sandbox
 from service.billing.endpoints import router as billing_router
+from service.billing.events import BillingEvents
 from service.billing.plans import PlanCatalog
 from service.billing.redirects import RedirectPolicy
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.endpoints import WEBHOOK_PATH, WebhookEndpoint
+from service.billing.stripe_sync.reconciler import lease_holder
+from service.billing.stripe_sync.verification import WebhookChecks
+from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
@@ -49,12 +54,13 @@ from service.observability.exposition import router as metrics_router
 from service.observability.metrics import ServiceMetrics
 from service.observability.request_context import LateBoundRequestCounter, RequestContextMiddleware
 from service.observability.wiring import install_observability, watch_resources
-from service.paywall.bus import InProcessBus, PaymentWaiters
+from service.paywall.bus import InProcessBus, PaymentWaiters, relay_billing_events
 from service.paywall.entitlements import Entitlements
 from service.paywall.gate import GateSettings, Paywall
 from service.paywall.known_links import KnownLinks
 from service.paywall.notifier import SessionNotifier
 from service.paywall.pages import router as payment_router
+from service.paywall.payment_requests import ElicitationRequests
 from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.periodic import every
@@ -71,10 +77,6 @@ from service.web.database_unavailable import DatabaseUnavailableMiddleware, data
 from service.web.pages import STATIC_DIR, Pages
 from service.web.routes import TemplateRoute
 from service.web.security_headers import SecurityHeadersMiddleware
-from service.webhooks.endpoints import WEBHOOK_PATH, WebhookEndpoint
-from service.webhooks.reconciler import lease_holder
-from service.webhooks.verification import WebhookChecks
-from service.webhooks.wiring import build_stripe_sync
 
 
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
@@ -170,7 +172,11 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         known_links,
         metrics,
     )
-    stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus, metrics)
+    billing_events = BillingEvents()
+    relay_billing_events(billing_events, bus)
+    stripe_sync = build_stripe_sync(
+        settings, catalog, ElicitationRequests(tool_index), sessions, gateway, billing_events, metrics
+    )
     watch_resources(metrics, engine, pool_limits(settings.database_url), bus, stripe_sync.processor)
     await stack.enter_async_context(
         every(

@@ -14,20 +14,22 @@ import stripe
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.embedded_sandbox import SANDBOX_INSTALLED, SANDBOX_MISSING, create_app_for_settings
+from service.billing.events import BillingEvents
 from service.billing.plans import PlanCatalog, PlanCatalogError
 from service.billing.stripe_gateway import PriceNotFound, StripeGateway
+from service.billing.stripe_sync.reconciler import ReconcileReport, lease_holder
+from service.billing.stripe_sync.stripe_events import StripeEventData
+from service.billing.stripe_sync.wiring import StripeSync, build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.logging_setup import configure_logging
-from service.paywall.bus import CompletionBus, InProcessBus
+from service.paywall.bus import CompletionBus, InProcessBus, relay_billing_events
+from service.paywall.payment_requests import ElicitationRequests
 from service.paywall.pg_bus import PostgresBus
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
 from service.tool_packages import ToolPackageError, load_tools
-from service.webhooks.events import StripeEventData
-from service.webhooks.reconciler import ReconcileReport, lease_holder
-from service.webhooks.wiring import StripeSync, build_stripe_sync
 
 
 class CommandFailed(Exception):
@@ -85,9 +87,11 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
     gateway = StripeGateway.create(
         settings.stripe_secret_key.get_secret_value(), stripe_api_base(settings), catalog
     )
+    events = BillingEvents()
+    relay_billing_events(events, _bus_for(engine, settings))
     try:
         sync = build_stripe_sync(
-            settings, catalog, tools, create_session_factory(engine), gateway, _bus_for(engine, settings)
+            settings, catalog, ElicitationRequests(tools), create_session_factory(engine), gateway, events
         )
         yield StripeContext(gateway, sync)
     except stripe.APIConnectionError as exc:

@@ -14,6 +14,9 @@ from starlette.responses import Response
 from service.audit.sampling import AuditSampler
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.processor import WebhookProcessor
+from service.billing.stripe_sync.reconciler import Reconciler
+from service.billing.stripe_sync.verification import WebhookChecks
 from service.db.engine import SessionFactory
 from service.health.readiness import Readiness
 from service.identity.client_registration import RegistrationLimiter
@@ -31,9 +34,6 @@ from service.web.client_address import ClientAddresses
 from service.web.cookies import CookiePolicy
 from service.web.csrf import CsrfProtect
 from service.web.pages import Pages
-from service.webhooks.processor import WebhookProcessor
-from service.webhooks.reconciler import Reconciler
-from service.webhooks.verification import WebhookChecks
 
 if TYPE_CHECKING:  # the optional `sandbox` extra: imported only by type checkers
     from stripe_sandbox import Sandbox

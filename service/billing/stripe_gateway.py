@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
@@ -25,6 +25,8 @@ from service.billing.stripe_reads import StripeReads
 
 # A Stripe object as JSON (a dict), or a stripe-python object (also a Mapping) where one is at hand.
 StripeData = Mapping[str, Any] | stripe.StripeObject
+# How a payment was taken back, when it was: its charge refunded in full, or disputed.
+PaymentReversal = Literal["refunded", "disputed"]
 
 
 class PriceNotFound(Exception):
@@ -406,7 +408,7 @@ class StripeGateway:
         assert invoice.id is not None
         return PaymentTarget(subscription_id=subscription_id, invoice_id=invoice.id)
 
-    async def latest_payment_reversal(self, subscription: StripeData) -> str | None:
+    async def latest_payment_reversal(self, subscription: StripeData) -> PaymentReversal | None:
         """'disputed' or 'refunded' when the payment for the current period was taken back."""
         invoice_id = id_of(field_of(subscription, "latest_invoice"))
         if invoice_id is None:
@@ -415,7 +417,7 @@ class StripeGateway:
 
     async def subscription_with_reversal(
         self, subscription_id: str, invoice_hint: str | None, customer_hint: str | None = None
-    ) -> tuple[StripeData, str | None]:
+    ) -> tuple[StripeData, PaymentReversal | None]:
         """The subscription and `latest_payment_reversal`, in one round trip instead of three.
 
         `invoice_hint` is the invoice a Checkout Session just paid and `customer_hint` its customer:
@@ -438,7 +440,7 @@ class StripeGateway:
             return subscription, await self.latest_payment_reversal(subscription)
         return subscription, await self._reversal_of(payments, *customer_charges)
 
-    async def payment_reversal(self, payment_intent_id: str) -> str | None:
+    async def payment_reversal(self, payment_intent_id: str) -> PaymentReversal | None:
         """'disputed' or 'refunded' when a one-time payment's charge was taken back, else None."""
         page = await self._read("list_charges", "/v1/charges", payment_intent=payment_intent_id)
         for charge in field_of(page, "data") or []:
@@ -454,7 +456,7 @@ class StripeGateway:
 
     async def _reversal_of(
         self, payments: list[StripeData], customer_charges: StripeData | None = None
-    ) -> str | None:
+    ) -> PaymentReversal | None:
         complete = customer_charges is not None and not field_of(customer_charges, "has_more")
         known = list(field_of(customer_charges, "data") or []) if complete else []
         for payment in payments:

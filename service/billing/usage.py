@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final, Literal
 
 from sqlalchemy import Table, func, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -27,9 +27,13 @@ from service.billing.subscriptions import grants_access
 from service.billing.usage_models import CreditBalance, CreditEntry, UsageCounter, UsageRecord
 from service.db.metadata import utcnow
 
-FUNDED_BY_PLAN = "included"
-FUNDED_BY_METER = "metered"
-FUNDED_BY_CREDIT = "credit"
+# How an allowed paid call is paid for: its plan's included calls, the metered price, or a credit.
+Funding = Literal["included", "metered", "credit"]
+FUNDED_BY_PLAN: Final[Funding] = "included"
+FUNDED_BY_METER: Final[Funding] = "metered"
+FUNDED_BY_CREDIT: Final[Funding] = "credit"
+# Why the credit ledger moved: a pack bought (+), a call paid (-), a purchase taken back (-).
+CreditReason = Literal["purchase", "spend", "reversal"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class PaidCall:
 @dataclass(frozen=True)
 class Decision:
     allowed: bool
-    funding: str | None = None  # how an allowed call is paid; None for a retry decided before
+    funding: Funding | None = None  # how an allowed call is paid; None for a retry decided before
     usage_id: str | None = None
 
 
@@ -70,7 +74,7 @@ def _insert(session: AsyncSession, model: Any) -> Any:
     return factory(_table(model))
 
 
-async def _claim(session: AsyncSession, call: PaidCall, funding: str, **values: Any) -> str | None:
+async def _claim(session: AsyncSession, call: PaidCall, funding: Funding, **values: Any) -> str | None:
     """Insert the call's usage row; its id, or None when this call was recorded before (a retry)."""
     usage_id = new_usage_id()
     statement = (
@@ -192,7 +196,7 @@ async def _append(
     session: AsyncSession,
     user_id: str,
     delta: int,
-    reason: str,
+    reason: CreditReason,
     source: str,
     *,
     pack_id: str | None = None,

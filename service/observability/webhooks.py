@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import time
 
+from service.billing.stripe_sync.applier import Outcome
+from service.billing.stripe_sync.stripe_events import StripeEventData
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
-from service.webhooks.applier import Outcome
-from service.webhooks.events import StripeEventData
 
-logger = logging.getLogger("service.webhooks")
+logger = logging.getLogger("service.billing.stripe_sync")
 
 
 def webhook_processed(

@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack
 from mcp.server import MCPServer
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.billing.stripe_sync.processor import WebhookProcessor
 from service.db.engine import PoolLimits, checked_out_connections
 from service.observability.exposition import serve_metrics
 from service.observability.mcp_middleware import ToolCallObserver
@@ -15,7 +16,6 @@ from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.pg_bus import PostgresBus
 from service.settings import Settings
-from service.webhooks.processor import WebhookProcessor
 
 logger = logging.getLogger("service.metrics")
 

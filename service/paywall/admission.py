@@ -21,8 +21,8 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.billing.plans import PlanCatalog
 from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
 from service.db.engine import SessionFactory
+from service.db.group_commit import GroupCommit
 from service.paywall.entitlements import Entitlements
-from service.webhooks.group_commit import GroupCommit
 
 logger = logging.getLogger(__name__)
 

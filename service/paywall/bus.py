@@ -1,5 +1,8 @@
 """The completion bus: how the webhook path tells every interested party that money landed.
 
+Billing publishes `EntitlementChanged` on its own event hub; `relay_billing_events` subscribes the
+bus to it at wiring time, so billing never imports the paywall.
+
 Listeners: the entitlement cache, retries and `elicitation/create` calls waiting for a payment, and
 the notifier that owes legacy sessions their `notifications/elicitation/complete`. It also carries a
 second, smaller message: the id of a revoked OAuth grant, for every replica's token cache. This
@@ -15,15 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from service.billing.events import BillingEvents, EntitlementChanged
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EntitlementChanged:
-    user_id: str
-    completed_elicitation_ids: tuple[str, ...] = ()
-    # (elicitation, MCP session) pairs the completing transaction knew were owed a notice.
-    sessions_owed: tuple[tuple[str, str], ...] = ()
 
 
 Listener = Callable[[EntitlementChanged], Awaitable[None]]
@@ -63,6 +60,11 @@ class InProcessBus:
         for result in results:
             if isinstance(result, BaseException):
                 logger.error("completion listener failed", exc_info=result)
+
+
+def relay_billing_events(events: BillingEvents, bus: CompletionBus) -> None:
+    """Billing's entitlement changes reach this process's listeners and, through the bus, every replica's."""
+    events.subscribe(EntitlementChanged, bus.publish)
 
 
 class PaymentWaiters:

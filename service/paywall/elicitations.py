@@ -13,6 +13,7 @@ from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
+from service.billing.stripe_sync.payment_requests import OpenRequests
 from service.db.metadata import utcnow
 from service.observability.metrics import ServiceMetrics
 from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
@@ -171,12 +172,8 @@ async def prune_deliveries(session: AsyncSession) -> None:
     )
 
 
-@dataclass(frozen=True)
-class OpenElicitations:
-    """A user's open elicitations, read earlier in the same transaction."""
-
-    user_id: str
-    items: list[Elicitation]
+# A user's open elicitations, read earlier in the same transaction.
+OpenElicitations = OpenRequests[Elicitation]
 
 
 # Built once, on the path that ends in a completion notice: SQLAlchemy memoizes a statement's cache

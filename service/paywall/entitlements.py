@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Literal
 
+from service.billing.events import EntitlementChanged
 from service.billing.subscriptions import entitled_plan_ids
 from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
-from service.paywall.bus import EntitlementChanged
 
 MAX_REMEMBERED_WITHOUT_CREDITS = 100_000
 
@@ -66,7 +67,7 @@ class Entitlements:
         self._observe("database", now)
         return plans
 
-    def _observe(self, source: str, started: float) -> None:
+    def _observe(self, source: Literal["cache", "database"], started: float) -> None:
         if self._metrics is not None:
             self._metrics.entitlement_checked(source, time.monotonic() - started)
 

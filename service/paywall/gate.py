@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import UrlElicitationRequiredError
@@ -47,6 +47,8 @@ from service.paywall.tool_index import PaidToolIndex
 from service.paywall.toolset import ElicitationStyle, PaidTool
 
 INPUT_REQUEST_KEY = "payment"
+# How the client answered a payment link: the elicitation result's `action`.
+ElicitAction = Literal["accept", "decline", "cancel"]
 Admitted = Callable[[], Awaitable[bool]]  # whether the call may run now (spending what pays for it)
 PROGRESS_INTERVAL_SECONDS = 5.0
 
@@ -265,12 +267,12 @@ class Paywall:
         )
 
 
-def _answered(answer: InputResponse | None) -> str | None:
+def _answered(answer: InputResponse | None) -> ElicitAction | None:
     """The action a 2026-07-28 retry reports for the payment link, if it answers it."""
     return answer.action if isinstance(answer, ElicitResult) else None
 
 
-def _refusal(tool: PaidTool, action: str | None) -> CallToolResult | None:
+def _refusal(tool: PaidTool, action: ElicitAction | None) -> CallToolResult | None:
     """The tool result for a declined or cancelled payment link; None for anything else."""
     if action == "decline":
         return error_result(f"You declined to subscribe; {tool.name} did not run. Call it again any time.")

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from service.billing.events import EntitlementChanged
 from service.db.metadata import utcnow
-from service.paywall.bus import EntitlementChanged
 
 MAX_ENTRIES = 10_000
 

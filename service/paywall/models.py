@@ -46,6 +46,10 @@ class Elicitation(SQLModel, table=True):
     expires_at: datetime = Field(sa_column=utc_column())
     completed_at: datetime | None = Field(default=None, sa_column=utc_column(nullable=True))
 
+    @property
+    def is_open(self) -> bool:
+        return self.status == ElicitationStatus.OPEN.value
+
 
 class ElicitationDelivery(SQLModel, table=True):
     """A legacy MCP session that was handed this elicitation and is owed its completion notice."""

@@ -18,9 +18,9 @@ from typing import Protocol
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
+from service.billing.events import EntitlementChanged
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
-from service.paywall.bus import EntitlementChanged
 from service.paywall.elicitations import owed_to_sessions, prune_deliveries, undelivered
 from service.paywall.models import Elicitation, ElicitationDelivery
 

@@ -21,7 +21,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from service.paywall.bus import EntitlementChanged, InProcessBus
+from service.billing.events import EntitlementChanged
+from service.paywall.bus import InProcessBus
 
 logger = logging.getLogger(__name__)
 

@@ -25,20 +25,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlmodel import select
 
+from service.billing.events import BillingEvents
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.plans import DEFAULT_PLANS_FILE, PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.verification import WebhookChecks, verify_event
+from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.subscriptions import entitled_plan_ids
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.example_tools import tools as example_tools
 from service.identity.models import User
-from service.paywall.bus import InProcessBus
 from service.paywall.models import Elicitation
+from service.paywall.payment_requests import ElicitationRequests
 from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
-from service.webhooks.verification import WebhookChecks, verify_event
-from service.webhooks.wiring import build_stripe_sync
 from stripe_sandbox import SandboxConfig, create_sandbox_app, sign_webhook_payload
 from tests.support.databases import DatabaseTemplates
 from tests.support.servers import bound_socket, port_of
@@ -186,7 +187,14 @@ async def deliver_and_reconcile(history: History, database_url: str, order: list
             )
         catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
         tools = PaidToolIndex(catalog, example_tools.paid_tools)
-        sync = build_stripe_sync(Settings(_env_file=None), catalog, tools, sessions, gateway, InProcessBus())  # type: ignore[call-arg]
+        sync = build_stripe_sync(
+            Settings(_env_file=None),  # type: ignore[call-arg]
+            catalog,
+            ElicitationRequests(tools),
+            sessions,
+            gateway,
+            BillingEvents(),
+        )
         for index in order:
             payload = history.events[index]
             signature = sign_webhook_payload(payload, SECRET, int(time.time()))

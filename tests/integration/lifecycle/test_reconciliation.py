@@ -13,9 +13,9 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.billing.leases import HeldLease, LeaseLost, release, try_acquire
 from service.billing.models import JobLease, Subscription
+from service.billing.stripe_sync.reconciler import LEASE_NAME
 from service.cli_stripe import EXIT_LEASE_HELD
 from service.paywall.models import Elicitation
-from service.webhooks.reconciler import LEASE_NAME
 from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.cli import run_cli
 from tests.support.mcp_clients import ClientProbe, probed_client

@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 
 from service.app import create_app
-from service.webhooks.endpoints import WEBHOOK_PATH
+from service.billing.stripe_sync.endpoints import WEBHOOK_PATH
 from tests.integration.mcp_server.test_resumable_streams import open_session, sse_events, whoami_call
 from tests.support.mcp_http import ACCEPT, INITIALIZE
 from tests.support.servers import bound_socket, port_of, serve

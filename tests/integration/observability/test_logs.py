@@ -25,7 +25,7 @@ async def test_paid_tool_path_logs_carry_request_user_and_elicitation(database_u
         assert line["time"].endswith("+00:00")
 
     # The tool call is one line: the access line of the HTTP request that carried it.
-    assert not [line for line in lines if line["logger"] in ("service.tools", "service.webhooks")]
+    assert not [line for line in lines if line["logger"] in ("service.tools", "service.billing.stripe_sync")]
     [prompt] = [
         line for line in lines if line["logger"] == "service.access" and line.get("outcome") == "elicitation"
     ]

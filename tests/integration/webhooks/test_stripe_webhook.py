@@ -11,6 +11,7 @@ import pytest
 from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
+from service.billing.events import EntitlementChanged
 from service.billing.models import StripeCustomer, StripeEvent, Subscription
 from service.paywall.models import Elicitation
 from stripe_sandbox import sign_webhook_payload
@@ -353,3 +354,30 @@ async def test_a_price_outside_the_catalog_grants_nothing_whatever_its_metadata_
     assert still_open.status == "open"
     token = (await service.personal_token("uma")).secret
     assert not await can_use_paid_tool(service, token)
+
+
+async def test_listeners_hear_a_payment_after_it_commits_and_a_failing_one_fails_nothing(
+    service: RunningService,
+) -> None:
+    """Billing's events reach the paywall's listeners only once the payment's transaction committed:
+    a listener reading with a session of its own already sees the elicitation completed."""
+    url = await start_elicitation(service, "rex")
+    elicitation_id = url.rsplit("/", 1)[1]
+    seen: list[tuple[tuple[str, ...], str]] = []
+
+    async def reads_back(change: EntitlementChanged) -> None:
+        async with service.runtime.sessions() as session:
+            row = await session.get(Elicitation, elicitation_id)
+            seen.append((change.completed_elicitation_ids, row.status if row else "missing"))
+
+    async def fails(change: EntitlementChanged) -> None:
+        raise RuntimeError("a listener broke")
+
+    service.runtime.bus.subscribe(fails)
+    service.runtime.bus.subscribe(reads_back)
+    await pay(service, url, "rex")
+    await service.sandbox.deliver_pending(within=10)
+    assert ((elicitation_id,), "completed") in seen
+    assert {row.outcome for row in await service.rows(StripeEvent)} <= {"applied", "ignored"}
+    [completed] = await service.rows(StripeEvent, type="checkout.session.completed")
+    assert completed.outcome == "applied"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.webhooks.endpoints import WEBHOOK_PATH
+from service.billing.stripe_sync.endpoints import WEBHOOK_PATH
 from tests.integration.webhooks.test_stripe_webhook import event_body, signed
 from tests.support.service import RunningService, run_service
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from service.webhooks.processor import HANDLED_EVENT_TYPES
+from service.billing.stripe_sync.processor import HANDLED_EVENT_TYPES
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "stripe.md"
 

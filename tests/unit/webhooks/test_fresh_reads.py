@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from service.webhooks.fresh_reads import CoalescedReads
+from service.billing.stripe_sync.fresh_reads import CoalescedReads
 
 
 class Stripe:

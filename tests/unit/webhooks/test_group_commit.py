@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from service.webhooks.group_commit import GroupCommit
+from service.db.group_commit import GroupCommit
 
 
 class Recorder:

@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from service.billing.events import BillingEvents
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.stripe_sync.applier import StripeStateApplier
+from service.billing.stripe_sync.payment_requests import PaymentRequests
+from service.billing.stripe_sync.processor import WebhookProcessor
+from service.billing.stripe_sync.reconciler import Reconciler
 from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
-from service.paywall.bus import CompletionBus
-from service.paywall.tool_index import PaidToolIndex
 from service.settings import Settings
-from service.webhooks.applier import StripeStateApplier
-from service.webhooks.processor import WebhookProcessor
-from service.webhooks.reconciler import Reconciler
 
 
 @dataclass(frozen=True)
@@ -26,20 +27,23 @@ class StripeSync:
 def build_stripe_sync(
     settings: Settings,
     catalog: PlanCatalog,
-    tools: PaidToolIndex,
+    requests: PaymentRequests[Any],
     sessions: SessionFactory,
     gateway: StripeGateway,
-    bus: CompletionBus,
+    events: BillingEvents,
     metrics: ServiceMetrics | None = None,
 ) -> StripeSync:
-    applier = StripeStateApplier(catalog, tools.satisfied_by)
+    """`requests`: the payment requests (elicitations) payments settle; `events`: where what
+    changed is published once committed."""
+    applier = StripeStateApplier(catalog, requests)
     return StripeSync(
-        processor=WebhookProcessor(sessions, gateway, applier, bus),
+        processor=WebhookProcessor(sessions, gateway, applier, events),
         reconciler=Reconciler(
             sessions,
             gateway,
             applier,
-            bus,
+            requests,
+            events,
             lookback=timedelta(days=settings.reconcile_lookback_days),
             steps_per_second=settings.reconcile_steps_per_second,
             metrics=metrics,

@@ -6,18 +6,21 @@ reconciliation ends in exactly the state the webhook would have produced.
 
 from __future__ import annotations
 
+import enum
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final, Generic, Literal
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
+from service.billing.events import EntitlementChanged
 from service.billing.models import StripeCustomer
 from service.billing.plans import CreditPack, PlanCatalog
 from service.billing.stripe_fields import field_of, id_of
+from service.billing.stripe_gateway import PaymentReversal
+from service.billing.stripe_sync.payment_requests import OpenRequests, PaymentRequests, Request
 from service.billing.subscriptions import (
     ENTITLING_STATUSES,
     SubscriptionChange,
@@ -30,16 +33,21 @@ from service.billing.subscriptions import (
 )
 from service.billing.usage import entitling_subscription, grant_credits, included_used, take_back_purchase
 from service.db.metadata import utcnow
-from service.paywall.bus import EntitlementChanged
-from service.paywall.elicitations import OpenElicitations, complete, named_and_open, open_elicitations
-from service.paywall.models import Elicitation, ElicitationStatus
 
 logger = logging.getLogger(__name__)
 
-Satisfies = Callable[[Elicitation, frozenset[str]], bool]
+
+class Keep(enum.Enum):
+    """The reversal value meaning: this read did not look at payments, keep what we know."""
+
+    KEEP = "keep"
 
 
-KEEP = "keep"  # a reversal value meaning: this read did not look, keep what we know
+KEEP: Final = Keep.KEEP
+
+# Whether a subscription's current payment was taken back: how, None (it stands), or KEEP.
+Reversal = PaymentReversal | None | Literal[Keep.KEEP]
+OutcomeStatus = Literal["applied", "ignored", "duplicate"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class FreshPayment:
     its checkout is applied: a refund that arrived first must not leave the credits granted."""
 
     payment_intent_id: str | None
-    reversal: str | None
+    reversal: PaymentReversal | None
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class FreshSubscription:
     """
 
     subscription: Any
-    reversal: str | None
+    reversal: Reversal
 
 
 class EventIgnored(Exception):
@@ -69,7 +77,7 @@ class EventIgnored(Exception):
 
 @dataclass
 class Outcome:
-    status: str = "applied"  # applied | ignored | duplicate
+    status: OutcomeStatus = "applied"
     detail: str | None = None
     changes: list[EntitlementChanged] = field(default_factory=list)
     status_changed: bool = False
@@ -84,10 +92,13 @@ def subscription_of_invoice(invoice: Any) -> str | None:
     return id_of(field_of(details, "subscription")) or id_of(field_of(invoice, "subscription"))
 
 
-class StripeStateApplier:
-    def __init__(self, catalog: PlanCatalog, satisfies: Satisfies) -> None:
+class StripeStateApplier(Generic[Request]):
+    """`requests`: the payment requests (elicitations) a payment settles, read and completed in the
+    same transaction as the payment."""
+
+    def __init__(self, catalog: PlanCatalog, requests: PaymentRequests[Request]) -> None:
         self._catalog = catalog
-        self._satisfies = satisfies
+        self._requests = requests
 
     async def checkout_completed(
         self,
@@ -111,7 +122,7 @@ class StripeStateApplier:
             raise EventIgnored("client_reference_id and metadata disagree about the user")
         if not isinstance(elicitation_id, str):
             raise EventIgnored("checkout names an elicitation that is not this user's")
-        elicitation, known_open = await named_and_open(session, elicitation_id, user_id)
+        elicitation, known_open = await self._requests.named_and_open(session, elicitation_id, user_id)
         if elicitation is None or elicitation.user_id != user_id:
             raise EventIgnored("checkout names an elicitation that is not this user's")
         customer_id = id_of(field_of(checkout, "customer"))
@@ -150,7 +161,7 @@ class StripeStateApplier:
         pack: CreditPack,
         user_id: str,
         fresh: FreshSubscription | FreshPayment | None,
-        known_open: OpenElicitations,
+        known_open: OpenRequests[Request],
         source: str,
     ) -> Outcome:
         """Grant a paid credit pack once per Checkout Session; complete the user's open elicitations
@@ -177,8 +188,8 @@ class StripeStateApplier:
             # Refunded or disputed before this event arrived: the credits go again at once.
             await self.credit_reversal(session, payment_intent_id, fresh.reversal, source)
             return Outcome(changes=[EntitlementChanged(user_id, (), ())])
-        completed = await open_elicitations(session, user_id, known_open)
-        await complete(session, completed)
+        completed = await self._requests.open_requests(session, user_id, known_open)
+        await self._requests.complete(session, completed)
         return Outcome(
             changes=[
                 EntitlementChanged(
@@ -192,7 +203,7 @@ class StripeStateApplier:
         )
 
     async def credit_reversal(
-        self, session: AsyncSession, payment_intent_id: str, reversal: str, source: str
+        self, session: AsyncSession, payment_intent_id: str, reversal: PaymentReversal, source: str
     ) -> Outcome | None:
         """Take back the unspent credits of a refunded or disputed credit purchase; None when the
         payment bought no credits (or they were taken back already)."""
@@ -227,8 +238,8 @@ class StripeStateApplier:
         *,
         observed_at: int,
         source: str,
-        reversal: str | None,
-        known_open: OpenElicitations | None = None,
+        reversal: Reversal,
+        known_open: OpenRequests[Request] | None = None,
     ) -> Outcome:
         """Apply `subscription`, just read from Stripe.
 
@@ -240,7 +251,7 @@ class StripeStateApplier:
             session, subscription, observed_at=observed_at, catalog=self._catalog
         )
         revocation_changed = False
-        if change.applied and reversal != KEEP:
+        if change.applied and reversal is not KEEP:
             row = await locked_subscription(session, change.subscription_id)
             if row is not None and row.access_revoked_reason != reversal:
                 row.access_revoked_reason = reversal
@@ -261,7 +272,7 @@ class StripeStateApplier:
             session,
             change,
             source,
-            complete_elicitations=reversal != KEEP,
+            complete_elicitations=reversal is not KEEP,
             revocation_changed=revocation_changed,
             known_open=known_open,
         )
@@ -274,12 +285,12 @@ class StripeStateApplier:
         *,
         complete_elicitations: bool,
         revocation_changed: bool = False,
-        known_open: OpenElicitations | None = None,
+        known_open: OpenRequests[Request] | None = None,
     ) -> Outcome:
         """Audit the change and, if asked, complete the elicitations the subscription now satisfies."""
         if not change.applied:
             return Outcome(status="ignored", detail="older than the state already applied")
-        completed: list[Elicitation] = []
+        completed: list[Request] = []
         if change.new_status in ENTITLING_STATUSES and complete_elicitations:
             completed = await self._complete_satisfied(session, change, known_open)
         if change.new_status in ENTITLING_STATUSES and change.old_status not in ENTITLING_STATUSES:
@@ -316,14 +327,14 @@ class StripeStateApplier:
         )
 
     async def _complete_satisfied(
-        self, session: AsyncSession, change: SubscriptionChange, known_open: OpenElicitations | None
-    ) -> list[Elicitation]:
+        self, session: AsyncSession, change: SubscriptionChange, known_open: OpenRequests[Request] | None
+    ) -> list[Request]:
         """Complete the user's open elicitations that their plans now satisfy; returns them.
 
         Usually the subscription that just changed satisfies them all, and then the user's other
         subscriptions are not read: one statement less on the way to the completion notice.
         """
-        candidates = await open_elicitations(session, change.user_id, known_open)
+        candidates = await self._requests.open_requests(session, change.user_id, known_open)
         if not candidates:
             return []
         row = await locked_subscription(session, change.subscription_id)  # this transaction's row
@@ -334,11 +345,11 @@ class StripeStateApplier:
             and grants_access(row, grace=timedelta(0), now=utcnow())
         ):
             entitled = frozenset({row.plan_id})
-        if not all(self._satisfies(item, entitled) for item in candidates):
+        if not all(self._requests.satisfied_by(item, entitled) for item in candidates):
             entitled = frozenset(await entitled_plan_ids(session, change.user_id, grace=timedelta(0)))
         entitled = await self._with_calls_left(session, change.user_id, entitled)
-        satisfied = [item for item in candidates if self._satisfies(item, entitled)]
-        await complete(session, satisfied)
+        satisfied = [item for item in candidates if self._requests.satisfied_by(item, entitled)]
+        await self._requests.complete(session, satisfied)
         return satisfied
 
     async def _with_calls_left(
@@ -362,12 +373,11 @@ class StripeStateApplier:
         metadata = field_of(checkout, "metadata") or {}
         elicitation_id = field_of(metadata, "elicitation_id")
         elicitation = (
-            await session.get(Elicitation, elicitation_id) if isinstance(elicitation_id, str) else None
+            await self._requests.get(session, elicitation_id) if isinstance(elicitation_id, str) else None
         )
         if elicitation is None or elicitation.checkout_session_id != field_of(checkout, "id"):
             raise EventIgnored("expired checkout is not the current one of an elicitation")
-        if elicitation.status == ElicitationStatus.OPEN.value:
-            elicitation.status = ElicitationStatus.EXPIRED.value
-            session.add(elicitation)
+        if elicitation.is_open:
+            await self._requests.expire(session, elicitation)
             return Outcome(expired_era_plans=((elicitation.protocol_era, elicitation.plan_id),))
         return Outcome()

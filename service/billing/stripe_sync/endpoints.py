@@ -11,11 +11,11 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from service.audit.service import AuditKind, record
+from service.billing.stripe_sync.stripe_events import StripeEventData
+from service.billing.stripe_sync.verification import WebhookRejected, verify_event
 from service.dependencies import get_runtime
 from service.observability.webhooks import webhook_processed
 from service.runtime import Runtime
-from service.webhooks.events import StripeEventData
-from service.webhooks.verification import WebhookRejected, verify_event
 
 logger = logging.getLogger(__name__)
 

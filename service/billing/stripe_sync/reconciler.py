@@ -17,28 +17,29 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from typing import Any, Literal
 
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.billing.events import BillingEvents
 from service.billing.leases import HeldLease, LeaseLost
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeData, StripeGateway
-from service.billing.subscriptions import SubscriptionRejected
-from service.billing.usage_models import CreditEntry
-from service.db.engine import SessionFactory
-from service.observability.metrics import ServiceMetrics
-from service.paywall.bus import CompletionBus
-from service.paywall.models import Elicitation, ElicitationStatus
-from service.periodic import Pace
-from service.webhooks.applier import (
+from service.billing.stripe_sync.applier import (
     EventIgnored,
     FreshPayment,
     FreshSubscription,
     Outcome,
     StripeStateApplier,
 )
+from service.billing.stripe_sync.payment_requests import PaymentRequests
+from service.billing.subscriptions import SubscriptionRejected
+from service.billing.usage_models import CreditEntry
+from service.db.engine import SessionFactory
+from service.observability.metrics import ServiceMetrics
+from service.periodic import Pace
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,10 @@ class ReconcileReport:
     lease_lost: bool = False
 
 
+# How a run ended, as the reconciliation metric counts it.
+RunOutcome = Literal["ran", "lease_lost", "skipped_lease_held", "error"]
+
+
 def lease_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -67,8 +72,9 @@ class Reconciler:
         self,
         sessions: SessionFactory,
         gateway: StripeGateway,
-        applier: StripeStateApplier,
-        bus: CompletionBus,
+        applier: StripeStateApplier[Any],
+        requests: PaymentRequests[Any],
+        events: BillingEvents,
         *,
         lookback: timedelta = timedelta(days=3),
         steps_per_second: float = 0,
@@ -78,7 +84,8 @@ class Reconciler:
         self._sessions = sessions
         self._gateway = gateway
         self._applier = applier
-        self._bus = bus
+        self._requests = requests
+        self._events = events
         self._lookback = lookback
         self._pace = Pace(steps_per_second)
         self._lease = HeldLease(sessions, LEASE_NAME, lease_holder(), lease_ttl)
@@ -110,7 +117,7 @@ class Reconciler:
         logger.info("stripe reconciliation: %s", report)
         return report
 
-    def _count(self, outcome: str, report: ReconcileReport) -> None:
+    def _count(self, outcome: RunOutcome, report: ReconcileReport) -> None:
         if self._metrics is not None:
             self._metrics.reconcile_ran(outcome, report.repaired)
 
@@ -207,8 +214,7 @@ class Reconciler:
         elicitation_ids = {elicitation_id for _, elicitation_id, _ in named if elicitation_id is not None}
         subscription_ids = {subscription_id for _, _, subscription_id in named if subscription_id is not None}
         async with self._sessions() as session:
-            rows = await session.exec(select(Elicitation).where(col(Elicitation.id).in_(elicitation_ids)))
-            elicitations = {row.id: row for row in rows.all()}
+            elicitations = await self._requests.by_ids(session, elicitation_ids)
             found = await session.exec(
                 select(Subscription.id).where(col(Subscription.id).in_(subscription_ids))
             )
@@ -228,7 +234,7 @@ class Reconciler:
                 field_of(checkout, "metadata"), "user_id"
             ):
                 continue
-            is_open = elicitation.status == ElicitationStatus.OPEN.value
+            is_open = elicitation.is_open
             checkout_id = field_of(checkout, "id")
             if field_of(checkout, "mode") == "payment":
                 needed = f"checkout:{checkout_id}" not in credited
@@ -255,7 +261,7 @@ class Reconciler:
         if outcome.status_changed:
             report.repaired += 1
         for change in outcome.changes:
-            await self._bus.publish(change)
+            await self._events.publish(change)  # the transaction has committed
 
 
 def _elicitation_of(checkout: StripeData) -> str | None:

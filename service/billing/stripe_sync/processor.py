@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Table, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -17,14 +18,11 @@ from sqlmodel import col
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record_many
+from service.billing.events import BillingEvents
 from service.billing.models import StripeEvent
 from service.billing.stripe_fields import field_of, id_of
-from service.billing.stripe_gateway import StripeGateway
-from service.billing.subscriptions import SubscriptionRejected, customer_of, lock_for_apply
-from service.db.engine import SessionFactory
-from service.db.metadata import utcnow
-from service.paywall.bus import CompletionBus
-from service.webhooks.applier import (
+from service.billing.stripe_gateway import PaymentReversal, StripeGateway
+from service.billing.stripe_sync.applier import (
     KEEP,
     EventIgnored,
     FreshPayment,
@@ -33,9 +31,12 @@ from service.webhooks.applier import (
     StripeStateApplier,
     subscription_of_invoice,
 )
-from service.webhooks.events import StripeEventData
-from service.webhooks.fresh_reads import CoalescedReads
-from service.webhooks.group_commit import GroupCommit
+from service.billing.stripe_sync.fresh_reads import CoalescedReads
+from service.billing.stripe_sync.stripe_events import StripeEventData
+from service.billing.subscriptions import SubscriptionRejected, customer_of, lock_for_apply
+from service.db.engine import SessionFactory
+from service.db.group_commit import GroupCommit
+from service.db.metadata import utcnow
 
 logger = logging.getLogger(__name__)
 
@@ -113,13 +114,13 @@ class WebhookProcessor:
         self,
         sessions: SessionFactory,
         gateway: StripeGateway,
-        applier: StripeStateApplier,
-        bus: CompletionBus,
+        applier: StripeStateApplier[Any],
+        events: BillingEvents,
     ) -> None:
         self._sessions = sessions
         self._gateway = gateway
         self._applier = applier
-        self._bus = bus
+        self._events = events
         self._subscription_reads = CoalescedReads(gateway.retrieve_subscription)
         self._commits: GroupCommit[Prefetched, Outcome] = GroupCommit(self._commit_batch)
 
@@ -208,8 +209,9 @@ class WebhookProcessor:
         return outcomes
 
     async def announce(self, outcome: Outcome) -> None:
+        """Publish the outcome's events; its transaction has committed."""
         for change in outcome.changes:
-            await self._bus.publish(change)
+            await self._events.publish(change)
 
     async def _prefetch(self, event: StripeEventData) -> Fresh:
         """Network reads happen before the transaction opens, never while it holds locks.
@@ -259,7 +261,9 @@ class WebhookProcessor:
                 )
             if event.type in CHARGE_REVERSALS and not isinstance(fresh, FreshSubscription):
                 payment_intent_id = id_of(field_of(obj, "payment_intent"))
-                reversal = "disputed" if event.type == "charge.dispute.created" else "refunded"
+                reversal: PaymentReversal = (
+                    "disputed" if event.type == "charge.dispute.created" else "refunded"
+                )
                 if reversal == "refunded" and not field_of(obj, "refunded"):
                     raise EventIgnored("a partial refund of a payment keeps what it bought")
                 taken = (

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import stripe
 
+from service.billing.stripe_sync.stripe_events import MalformedEvent, StripeEventData
 from service.json_bounds import JsonTooDeep, loads_bounded
 from service.settings import Settings
-from service.webhooks.events import MalformedEvent, StripeEventData
 
 SIGNATURE_TOLERANCE_SECONDS = 300
 
