@@ -31,6 +31,7 @@ from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
+from service.dependencies import ResponseInstead, respond_instead
 from service.gateway.wiring import start_gateway
 from service.health.endpoints import router as health_router
 from service.health.readiness import Readiness
@@ -343,6 +344,7 @@ def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None
     )
     app.add_exception_handler(OperationalError, database_unavailable)
     app.add_exception_handler(InterfaceError, database_unavailable)
+    app.add_exception_handler(ResponseInstead, respond_instead)  # a dependency's refusal
     app.add_middleware(
         BodyLimit,
         limit=settings.max_request_body_bytes,

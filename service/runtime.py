@@ -1,22 +1,20 @@
-"""What lives for the whole life of one app instance, created in its lifespan and injected."""
+"""What lives for the whole life of one app instance: created by its lifespan, kept on `app.state`.
+
+Endpoints never take it whole: each asks service/dependencies.py for the parts it uses.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mcp.server import MCPServer
 from mcp.server.auth.provider import TokenVerifier
 from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.requests import Request
-from starlette.responses import Response
 
 from service.audit.sampling import AuditSampler
 from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
-from service.billing.stripe_sync.processor import WebhookProcessor
-from service.billing.stripe_sync.reconciler import Reconciler
-from service.billing.stripe_sync.verification import WebhookChecks
 from service.db.engine import SessionFactory
 from service.health.readiness import Readiness
 from service.identity.client_registration import RegistrationLimiter
@@ -37,6 +35,9 @@ from service.web.pages import Pages
 
 if TYPE_CHECKING:  # the optional `sandbox` extra: imported only by type checkers
     from stripe_sandbox import Sandbox
+from service.billing.stripe_sync.processor import WebhookProcessor
+from service.billing.stripe_sync.reconciler import Reconciler
+from service.billing.stripe_sync.verification import WebhookChecks
 
 
 @dataclass
@@ -69,15 +70,3 @@ class Runtime:
     client_addresses: ClientAddresses
     token_verifier: TokenVerifier  # what `/mcp` checks bearer tokens with
     oidc: OidcLogin | None = None  # set when OIDC_ISSUER names an external provider
-
-    def form_page(
-        self, request: Request, template: str, *, status_code: int = 200, **context: Any
-    ) -> Response:
-        """A page holding a form: rendered with a CSRF token, and the CSRF cookie set."""
-        nonce, token = self.csrf.issue(request)
-        page = self.pages.render(template, status_code=status_code, csrf_token=token, **context)
-        return self.csrf.attach(page, nonce)
-
-    def client_ip(self, request: Request) -> str | None:
-        """The client's address as throttling and audit rows know it (see service/web/client_address.py)."""
-        return self.client_addresses.of(request.scope)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from service.dependencies import RuntimeDep
+from service.dependencies import ReadinessDep
 
 router = APIRouter(tags=["health"])
 
@@ -16,8 +16,8 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(runtime: RuntimeDep) -> JSONResponse:
-    report = await runtime.readiness.check()
+async def readyz(readiness: ReadinessDep) -> JSONResponse:
+    report = await readiness.check()
     return JSONResponse(
         {"ready": report.ready, "checks": report.checks}, status_code=200 if report.ready else 503
     )

@@ -7,69 +7,116 @@ local page (`next`). Codes are issued only from the consent page.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from mcp.server.auth.middleware.client_auth import AuthenticationError
 
-from service.dependencies import BrowserUser, RuntimeDep, SessionDep
+from service.dependencies import (
+    BrowserSessionSecret,
+    ClientIp,
+    CookiesDep,
+    CsrfChecked,
+    CsrfValid,
+    FormPagesDep,
+    OAuthDep,
+    OidcDep,
+    OptionalUser,
+    PagesDep,
+    ResponseInstead,
+    SessionDep,
+    SettingsDep,
+    SignedInUser,
+    SignInDep,
+)
 from service.identity import service as identity
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import redirect_uri_problem
 from service.identity.models import User
-from service.identity.oauth_provider import PendingAuthorization
+from service.identity.oauth_provider import DatabaseOAuthProvider, PendingAuthorization
+from service.identity.oidc.login import OidcLogin
+from service.identity.paths import consent_path, safe_next_path
 from service.identity.sign_in import SignInRefused
-from service.runtime import Runtime
 from service.web.cookies import SESSION_COOKIE
+from service.web.forms import FormPages
+from service.web.pages import Pages
 
 router = APIRouter(tags=["identity"])
 
 OptionalForm = Annotated[str | None, Form()]
 
 
-def safe_next_path(value: str | None) -> str | None:
-    """Only same-origin absolute paths: an open redirect here would be a phishing tool."""
-    if value and value.startswith("/") and not value.startswith(("//", "/\\")):
-        return value
-    return None
+@dataclass(frozen=True)
+class LoginRequest:
+    """What the login form carries besides the credentials: where to go after signing in."""
+
+    authz: str | None  # an OAuth authorization waiting for this sign-in, sealed
+    pending: PendingAuthorization | None  # `authz` opened
+    next_path: str | None  # a local page to return to
 
 
-def login_path(next_path: str) -> str:
-    return "/login?" + urlencode({"next": next_path})
+def _login_request(
+    oidc: OidcLogin | None, oauth: DatabaseOAuthProvider, pages: Pages, authz: str | None, next: str | None
+) -> LoginRequest:
+    """The login request, or else (raised) the external provider's sign-in or the expired-link page."""
+    if oidc is not None:  # an external provider signs people in
+        raise ResponseInstead(oidc.start(safe_next_path(next) or "/account"))
+    pending = oauth.open_pending(authz) if authz else None
+    if authz and pending is None:
+        raise ResponseInstead(_expired_authorization(pages))
+    return LoginRequest(authz, pending, safe_next_path(next))
 
 
-def consent_path(authz: str) -> str:
-    return "/authorize/consent?" + urlencode({"authz": authz})
+async def _login_asked(
+    oidc: OidcDep, oauth: OAuthDep, pages: PagesDep, authz: str | None = None, next: str | None = None
+) -> LoginRequest:
+    return _login_request(oidc, oauth, pages, authz, next)
+
+
+async def _login_posted(
+    oidc: OidcDep,
+    oauth: OAuthDep,
+    pages: PagesDep,
+    form_pages: FormPagesDep,
+    csrf_valid: CsrfValid,
+    authz: OptionalForm = None,
+    next: OptionalForm = None,
+) -> LoginRequest:
+    """As `_login_asked`, then the CSRF check: a failed one shows the form again."""
+    login = _login_request(oidc, oauth, pages, authz, next)
+    if not csrf_valid:
+        raise ResponseInstead(
+            _login_page(form_pages, login, error="Your form expired. Please sign in again.", status_code=400)
+        )
+    return login
 
 
 def _login_page(
-    runtime: Runtime,
-    request: Request,
+    form_pages: FormPages,
+    login: LoginRequest,
     *,
-    authz: str | None,
-    pending: PendingAuthorization | None,
-    next_path: str | None,
     error: str | None = None,
     username: str | None = None,
     status_code: int = 200,
 ) -> Response:
-    return runtime.form_page(
-        request,
+    pending = login.pending
+    return form_pages.render(
         "login.html",
         status_code=status_code,
-        authz=authz,
-        next_path=next_path,
+        authz=login.authz,
+        next_path=login.next_path,
         client_name=(pending.client_name or pending.client_id) if pending else None,
         error=error,
         username=username,
     )
 
 
-def _expired_authorization(runtime: Runtime) -> Response:
-    return runtime.pages.message(
+def _expired_authorization(pages: Pages) -> Response:
+    return pages.message(
         "Sign-in link expired",
         "This sign-in request is invalid or has expired. Start again from your MCP client.",
         status_code=400,
@@ -78,61 +125,33 @@ def _expired_authorization(runtime: Runtime) -> Response:
 
 @router.get("/login")
 async def login_form(
-    request: Request,
-    runtime: RuntimeDep,
-    user: BrowserUser,
-    authz: str | None = None,
-    next: str | None = None,
+    login: Annotated[LoginRequest, Depends(_login_asked)], user: OptionalUser, form_pages: FormPagesDep
 ) -> Response:
-    if runtime.oidc is not None:  # an external provider signs people in
-        return runtime.oidc.start(safe_next_path(next) or "/account")
-    pending = runtime.oauth.open_pending(authz) if authz else None
-    if authz and pending is None:
-        return _expired_authorization(runtime)
-    next_path = safe_next_path(next)
-    if user is not None and authz and pending is not None:
-        return RedirectResponse(consent_path(authz), status_code=303)
-    if user is not None and next_path is not None:
-        return RedirectResponse(next_path, status_code=303)
-    return _login_page(runtime, request, authz=authz, pending=pending, next_path=next_path)
+    if user is not None and login.authz and login.pending is not None:
+        return RedirectResponse(consent_path(login.authz), status_code=303)
+    if user is not None and login.next_path is not None:
+        return RedirectResponse(login.next_path, status_code=303)
+    return _login_page(form_pages, login)
 
 
 @router.post("/login")
 async def login_submit(
-    request: Request,
-    runtime: RuntimeDep,
+    login: Annotated[LoginRequest, Depends(_login_posted)],
+    sign_in: SignInDep,
+    client_ip: ClientIp,
+    form_pages: FormPagesDep,
+    settings: SettingsDep,
+    cookies: CookiesDep,
     session: SessionDep,
     username: Annotated[str, Form(max_length=150)],
     password: Annotated[str, Form(max_length=1024)],
-    csrf_token: OptionalForm = None,
-    authz: OptionalForm = None,
-    next: OptionalForm = None,
 ) -> Response:
-    if runtime.oidc is not None:  # no passwords here: the external provider signs people in
-        return runtime.oidc.start(safe_next_path(next) or "/account")
-    pending = runtime.oauth.open_pending(authz) if authz else None
-    if authz and pending is None:
-        return _expired_authorization(runtime)
-    next_path = safe_next_path(next)
-    if not runtime.csrf.verify(request, csrf_token):
-        return _login_page(
-            runtime,
-            request,
-            authz=authz,
-            pending=pending,
-            next_path=next_path,
-            error="Your form expired. Please sign in again.",
-            status_code=400,
-        )
     try:
-        user = await runtime.sign_in.attempt(username, password, runtime.client_ip(request))
+        user = await sign_in.attempt(username, password, client_ip)
     except SignInRefused as refused:
         page = _login_page(
-            runtime,
-            request,
-            authz=authz,
-            pending=pending,
-            next_path=next_path,
+            form_pages,
+            login,
             error="Too many failed sign-ins. Wait a moment, then try again."
             if refused.throttled
             else "Sign-in is busy. Wait a moment, then try again.",
@@ -143,27 +162,76 @@ async def login_submit(
         return page
     if user is None:
         return _login_page(
-            runtime,
-            request,
-            authz=authz,
-            pending=pending,
-            next_path=next_path,
-            error="Wrong username or password.",
-            username=username,
-            status_code=401,
+            form_pages, login, error="Wrong username or password.", username=username, status_code=401
         )
-    ttl = runtime.settings.browser_session_ttl_seconds
+    ttl = settings.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
     # Signing in is not consenting: an authorization goes on to the consent page.
-    target = consent_path(authz) if authz and pending is not None else next_path or "/account"
+    target = (
+        consent_path(login.authz)
+        if login.authz and login.pending is not None
+        else login.next_path or "/account"
+    )
     response = RedirectResponse(target, status_code=303)
-    runtime.cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)
+    cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)
     return response
 
 
-def _refused_redirect(runtime: Runtime, pending: PendingAuthorization) -> Response:
+@dataclass(frozen=True)
+class Authorization:
+    """An OAuth authorization waiting for the user's consent: sealed, and opened."""
+
+    authz: str
+    pending: PendingAuthorization
+
+
+def _opened(oauth: DatabaseOAuthProvider, pages: Pages, authz: str) -> Authorization:
+    pending = oauth.open_pending(authz)
+    if pending is None:
+        raise ResponseInstead(_expired_authorization(pages))
+    return Authorization(authz, pending)
+
+
+async def _consent_asked(
+    oauth: OAuthDep, pages: PagesDep, authz: Annotated[str, Query(max_length=8192)]
+) -> Authorization:
+    return _opened(oauth, pages, authz)
+
+
+async def _consent_answered(
+    oauth: OAuthDep, pages: PagesDep, authz: Annotated[str, Form(max_length=8192)]
+) -> Authorization:
+    return _opened(oauth, pages, authz)
+
+
+AskedConsent = Annotated[Authorization, Depends(_consent_asked)]
+AnsweredConsent = Annotated[Authorization, Depends(_consent_answered)]
+
+
+async def _consenting_user(asked: AskedConsent, user: OptionalUser) -> User:
+    """The signed-in user; without one, sign in first, for this authorization (which names the app)."""
+    if user is None:
+        raise ResponseInstead(
+            RedirectResponse("/login?" + urlencode({"authz": asked.authz}), status_code=303)
+        )
+    return user
+
+
+async def _answering_user(answered: AnsweredConsent, user: OptionalUser) -> User:
+    """The signed-in user; without one, back to the consent page, which asks to sign in."""
+    if user is None:
+        raise ResponseInstead(RedirectResponse(consent_path(answered.authz), status_code=303))
+    return user
+
+
+async def _back_to_consent(request: Request, _: Pages) -> Response:
+    authz = (await request.form()).get("authz")
+    return RedirectResponse(consent_path(authz if isinstance(authz, str) else ""), status_code=303)
+
+
+def _refused_redirect(pages: Pages, pending: PendingAuthorization) -> Response:
     """A client registered before redirect URIs were checked may not send codes anywhere unsafe."""
-    return runtime.pages.message(
+    return pages.message(
         "Application not allowed",
         f"{pending.client_name or pending.client_id} asks to receive your authorization at "
         f"{pending.redirect_uri}, which this service does not send authorizations to.",
@@ -171,14 +239,11 @@ def _refused_redirect(runtime: Runtime, pending: PendingAuthorization) -> Respon
     )
 
 
-def _consent_page(
-    runtime: Runtime, request: Request, authz: str, pending: PendingAuthorization, user: User
-) -> Response:
-    refresh_days = max(1, runtime.settings.refresh_token_ttl_seconds // 86400)
-    return runtime.form_page(
-        request,
+def _consent_page(form_pages: FormPages, refresh_days: int, asked: Authorization, user: User) -> Response:
+    pending = asked.pending
+    return form_pages.render(
         "consent.html",
-        authz=authz,
+        authz=asked.authz,
         username=user.username,
         client_name=pending.client_name,
         client_id=pending.client_id,
@@ -186,92 +251,81 @@ def _consent_page(
         redirect_uri=pending.redirect_uri,
         scopes=pending.params.scopes or [],
         refresh_days=refresh_days,
-        switch_user_path="/login?" + urlencode({"authz": authz}),
+        switch_user_path="/login?" + urlencode({"authz": asked.authz}),
     )
 
 
 @router.get("/authorize/consent")
 async def consent_form(
-    request: Request,
-    runtime: RuntimeDep,
+    asked: AskedConsent,
+    user: Annotated[User, Depends(_consenting_user)],
+    oauth: OAuthDep,
+    pages: PagesDep,
+    form_pages: FormPagesDep,
+    settings: SettingsDep,
     session: SessionDep,
-    user: BrowserUser,
-    authz: Annotated[str, Query(max_length=8192)],
 ) -> Response:
     """Every authorization passes here after sign-in; only a remembered approval skips the question."""
-    pending = runtime.oauth.open_pending(authz)
-    if pending is None:
-        return _expired_authorization(runtime)
-    if user is None:
-        return RedirectResponse("/login?" + urlencode({"authz": authz}), status_code=303)
+    pending = asked.pending
     if redirect_uri_problem(pending.params.redirect_uri) is not None:
-        return _refused_redirect(runtime, pending)
-    if await runtime.oauth.consent_remembered(session, pending, user):
-        target = await runtime.oauth.complete_authorization(session, pending, user)
+        return _refused_redirect(pages, pending)
+    if await oauth.consent_remembered(session, pending, user):
+        target = await oauth.complete_authorization(session, pending, user)
         return RedirectResponse(target, status_code=303)
-    return _consent_page(runtime, request, authz, pending, user)
+    refresh_days = max(1, settings.refresh_token_ttl_seconds // 86400)
+    return _consent_page(form_pages, refresh_days, asked, user)
 
 
 @router.post("/authorize/consent")
 async def consent_submit(
-    request: Request,
-    runtime: RuntimeDep,
+    answered: AnsweredConsent,
+    user: Annotated[User, Depends(_answering_user)],
+    _csrf: Annotated[None, Depends(CsrfChecked(_back_to_consent))],  # after the two above, as it was
+    oauth: OAuthDep,
+    pages: PagesDep,
     session: SessionDep,
-    user: BrowserUser,
-    authz: Annotated[str, Form(max_length=8192)],
     decision: Annotated[str, Form(max_length=16)],
-    csrf_token: OptionalForm = None,
 ) -> Response:
-    pending = runtime.oauth.open_pending(authz)
-    if pending is None:
-        return _expired_authorization(runtime)
-    if user is None or not runtime.csrf.verify(request, csrf_token):
-        return RedirectResponse(consent_path(authz), status_code=303)
+    pending = answered.pending
     if redirect_uri_problem(pending.params.redirect_uri) is not None:
-        return _refused_redirect(runtime, pending)
+        return _refused_redirect(pages, pending)
     if decision != "allow":
-        return RedirectResponse(runtime.oauth.denied_redirect(pending), status_code=303)
-    await runtime.oauth.remember_consent(session, pending, user)
-    target = await runtime.oauth.complete_authorization(session, pending, user)
+        return RedirectResponse(oauth.denied_redirect(pending), status_code=303)
+    await oauth.remember_consent(session, pending, user)
+    target = await oauth.complete_authorization(session, pending, user)
     return RedirectResponse(target, status_code=303)
 
 
-@router.post("/logout")
+async def _sign_out_failed(_: Request, pages: Pages) -> Response:
+    return pages.message("Sign out failed", "Your form expired. Reload and try again.", status_code=400)
+
+
+@router.post("/logout", dependencies=[Depends(CsrfChecked(_sign_out_failed))])
 async def logout(
-    request: Request,
-    runtime: RuntimeDep,
-    session: SessionDep,
-    csrf_token: OptionalForm = None,
-    next: OptionalForm = None,
+    session: SessionDep, secret: BrowserSessionSecret, cookies: CookiesDep, next: OptionalForm = None
 ) -> Response:
-    if not runtime.csrf.verify(request, csrf_token):
-        return runtime.pages.message(
-            "Sign out failed", "Your form expired. Reload and try again.", status_code=400
-        )
-    await identity.end_browser_session(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
+    await identity.end_browser_session(session, secret)
     response = RedirectResponse(safe_next_path(next) or "/login", status_code=303)
-    runtime.cookies.clear(response, SESSION_COOKIE)
+    cookies.clear(response, SESSION_COOKIE)
     return response
 
 
 @router.get("/account")
-async def account(runtime: RuntimeDep, user: BrowserUser) -> Response:
-    if user is None:
-        return RedirectResponse(login_path("/account"), status_code=303)
-    return runtime.pages.message("Signed in", f"You are signed in as {user.username}.")
+async def account(user: SignedInUser, pages: PagesDep) -> Response:
+    return pages.message("Signed in", f"You are signed in as {user.username}.")
 
 
 @router.post("/revoke")
-async def revoke(request: Request, runtime: RuntimeDep) -> Response:
+async def revoke(request: Request, oidc: OidcDep, oauth: OAuthDep) -> Response:
     """RFC 7009 revocation, served ahead of the SDK's handler.
 
     The SDK's handler insists on a `client_secret` field even from public clients, which RFC 7009
     does not ask of them; client authentication itself is still the SDK's.
     """
-    if runtime.oidc is not None:  # tokens come from the external issuer: revoke them there
+    if oidc is not None:  # tokens come from the external issuer: revoke them there
         return JSONResponse({"error": "not_found"}, status_code=404)
     try:
-        client = await HashedSecretAuthenticator(runtime.oauth).authenticate_request(request)
+        client = await HashedSecretAuthenticator(oauth).authenticate_request(request)
     except AuthenticationError as exc:
         return JSONResponse({"error": "invalid_client", "error_description": exc.message}, status_code=401)
     form = await request.form()
@@ -280,10 +334,8 @@ async def revoke(request: Request, runtime: RuntimeDep) -> Response:
         return JSONResponse(
             {"error": "invalid_request", "error_description": "token is required"}, status_code=400
         )
-    found = await runtime.oauth.load_access_token(token) or await runtime.oauth.load_refresh_token(
-        client, token
-    )
+    found = await oauth.load_access_token(token) or await oauth.load_refresh_token(client, token)
     if found is not None and found.client_id == client.client_id:
-        await runtime.oauth.revoke_token(found)
+        await oauth.revoke_token(found)
     # Unknown or foreign tokens get the same answer, so revocation cannot probe for valid tokens.
     return Response(status_code=200, headers={"Cache-Control": "no-store"})

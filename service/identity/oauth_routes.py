@@ -23,19 +23,20 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, request_response
 from starlette.types import ASGIApp
 
+from service.dependencies import (
+    get_client_addresses,
+    get_oauth,
+    get_oidc,
+    get_registration_limiter,
+    get_settings,
+)
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import client_address
 from service.identity.oauth_provider import REGISTRATION_OPTIONS, TOKEN_ENDPOINT_AUTH_METHODS
-from service.runtime import Runtime
 
 router = APIRouter(tags=["oauth"])
 
 NOT_SERVED = {"error": "not_found"}
-
-
-def _runtime(request: Request) -> Runtime:
-    runtime: Runtime = request.app.state.runtime
-    return runtime
 
 
 def _as_sdk_serves_it(
@@ -49,34 +50,35 @@ def _as_sdk_serves_it(
     )
 
 
+# Plain Starlette handlers (the SDK's handlers take a bare request): they await the getters that
+# FastAPI endpoints receive as dependencies.
 async def register(request: Request) -> Response:
-    runtime = _runtime(request)
-    if runtime.oidc is not None:  # the external issuer registers clients, not us
+    if await get_oidc(request) is not None:  # the external issuer registers clients, not us
         return JSONResponse(NOT_SERVED, status_code=404)
-    address = client_address(request, runtime.client_addresses)
-    if not runtime.registration_limiter.allow(address):
+    address = client_address(request, await get_client_addresses(request))
+    limiter = await get_registration_limiter(request)
+    if not limiter.allow(address):
         return JSONResponse(
             {"error": "too_many_requests", "error_description": "too many client registrations; retry later"},
             status_code=429,
-            headers={"Retry-After": str(runtime.registration_limiter.retry_after(address))},
+            headers={"Retry-After": str(limiter.retry_after(address))},
         )
-    return await RegistrationHandler(runtime.oauth, options=REGISTRATION_OPTIONS).handle(request)
+    return await RegistrationHandler(await get_oauth(request), options=REGISTRATION_OPTIONS).handle(request)
 
 
 async def token(request: Request) -> Response:
-    runtime = _runtime(request)
-    if runtime.oidc is not None:
+    if await get_oidc(request) is not None:
         return JSONResponse(NOT_SERVED, status_code=404)
-    handler = TokenHandler(runtime.oauth, HashedSecretAuthenticator(runtime.oauth))
+    oauth = await get_oauth(request)
+    handler = TokenHandler(oauth, HashedSecretAuthenticator(oauth))
     response: Response = await handler.handle(request)
     return response
 
 
 async def authorization_server_metadata(request: Request) -> Response:
-    runtime = _runtime(request)
-    if runtime.oidc is not None:
+    if await get_oidc(request) is not None:
         return JSONResponse(NOT_SERVED, status_code=404)
-    settings = runtime.settings
+    settings = await get_settings(request)
     # Through AuthSettings, so the issuer is spelled exactly as the SDK spells it in tokens' `iss`.
     auth = AuthSettings.model_validate(
         {

@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from service.dependencies import RuntimeDep
+from service.dependencies import MetricsDep
 from service.web.background_server import serve_in_background
 
 router = APIRouter(tags=["metrics"])
@@ -32,8 +32,8 @@ def metrics_response(registry: CollectorRegistry) -> Response:
 
 
 @router.get("/metrics", include_in_schema=False)
-async def metrics_on_main_port(runtime: RuntimeDep) -> Response:
-    return metrics_response(runtime.metrics.registry)
+async def metrics_on_main_port(metrics: MetricsDep) -> Response:
+    return metrics_response(metrics.registry)
 
 
 def metrics_app(registry: CollectorRegistry) -> Starlette:

@@ -12,26 +12,45 @@ from datetime import timedelta
 from typing import Annotated
 
 import stripe
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
-from service.billing.plans import Plan
+from service.billing.plans import Plan, PlanCatalog
 from service.billing.redirects import UntrustedRedirect
 from service.billing.stripe_fields import field_of
-from service.billing.stripe_gateway import CheckoutRequest, CreditCheckoutRequest
+from service.billing.stripe_gateway import CheckoutRequest, CreditCheckoutRequest, StripeGateway
 from service.billing.subscriptions import entitled_plan_ids, plan_of
+from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
-from service.dependencies import BrowserUser, RuntimeDep, SessionDep
-from service.identity.endpoints import login_path
+from service.dependencies import (
+    BrowserSessionSecret,
+    CatalogDep,
+    CheckoutDomain,
+    ClientIp,
+    CsrfChecked,
+    FormPagesDep,
+    MetricsDep,
+    PagesDep,
+    PaywallDep,
+    SessionDep,
+    SessionFactoryDep,
+    SettingsDep,
+    SignedIn,
+    SignedInUser,
+    StripeDep,
+)
 from service.identity.models import User
+from service.identity.paths import login_path
 from service.identity.service import browser_session_user
 from service.paywall.elicitations import RateLimited, restart
+from service.paywall.gate import Paywall
 from service.paywall.models import Elicitation, ElicitationStatus
-from service.runtime import Runtime
-from service.web.cookies import SESSION_COOKIE
+from service.settings import Settings
+from service.web.forms import FormPages
+from service.web.pages import Pages
 
 router = APIRouter(tags=["payment"])
 logger = logging.getLogger("service.paywall.pages")
@@ -44,13 +63,55 @@ PAY_ATTEMPT_WINDOW = timedelta(hours=1)
 LIVE_STATUSES = frozenset({"active", "trialing", "past_due"})
 
 
+@dataclass(frozen=True)
+class PaymentChecks:
+    """What deciding whether this browser may pay for a link, and for which plan, reads and shows."""
+
+    pages: Pages
+    form_pages: FormPages
+    catalog: PlanCatalog
+    paywall: Paywall
+    settings: Settings
+    client_ip: str | None
+
+
+async def _payment_checks(
+    pages: PagesDep,
+    form_pages: FormPagesDep,
+    catalog: CatalogDep,
+    paywall: PaywallDep,
+    settings: SettingsDep,
+    client_ip: ClientIp,
+) -> PaymentChecks:
+    return PaymentChecks(pages, form_pages, catalog, paywall, settings, client_ip)
+
+
+PaymentChecksDep = Annotated[PaymentChecks, Depends(_payment_checks)]
+
+
+async def _form_expired(request: Request, pages: Pages) -> Response:
+    return pages.message(
+        "Form expired",
+        "Please reload the payment page and try again.",
+        status_code=400,
+        link_href=f"/pay/{request.path_params['elicitation_id']}",
+        link_text="Back to the payment page",
+    )
+
+
+async def _sign_in_to_pay(request: Request, _: Pages) -> Response:
+    return RedirectResponse(login_path(f"/pay/{request.path_params['elicitation_id']}"), status_code=303)
+
+
+# The pay buttons' forms: a failed check shows a page that leads back to the payment page.
+PayFormChecked = Depends(CsrfChecked(_form_expired))
+
+
 async def _checked(
-    runtime: Runtime, session: AsyncSession, user: User | None, elicitation_id: str, request: Request
+    checks: PaymentChecks, session: AsyncSession, user: User, elicitation_id: str
 ) -> Elicitation | Response:
-    """The elicitation if this browser may pay for it, otherwise the page to show instead."""
-    pages = runtime.pages
-    if user is None:
-        return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
+    """The elicitation if this browser's user may pay for it, otherwise the page to show instead."""
+    pages = checks.pages
     elicitation = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
     if elicitation is None:
         return pages.message(
@@ -65,7 +126,7 @@ async def _checked(
             user_id=user.id,
             elicitation_id=elicitation.id,
             owner=elicitation.user_id,
-            client_ip=runtime.client_ip(request),
+            client_ip=checks.client_ip,
         )
         return pages.message(
             "This link is not for you",
@@ -79,8 +140,7 @@ async def _checked(
             "Already paid", "This subscription is active. Return to your MCP client; the tool is unlocked."
         )
     if elicitation.status == ElicitationStatus.EXPIRED.value or elicitation.expires_at <= utcnow():
-        return runtime.form_page(
-            request,
+        return checks.form_pages.render(
             "action.html",
             status_code=410,
             title="Payment link expired",
@@ -93,38 +153,36 @@ async def _checked(
 
 
 async def _payable(
-    runtime: Runtime,
+    checks: PaymentChecks,
     session: AsyncSession,
-    user: User | None,
+    user: User,
     elicitation_id: str,
-    request: Request,
     plan_id: str | None = None,
-) -> tuple[Elicitation, Plan, User] | Response:
-    """The elicitation, the plan to pay for (its own, or `plan_id` if that also unlocks its tool)
-    and the signed-in user, or the page to show instead."""
-    checked = await _checked(runtime, session, user, elicitation_id, request)
+) -> tuple[Elicitation, Plan] | Response:
+    """The elicitation and the plan to pay for (its own, or `plan_id` if that also unlocks its
+    tool), or the page to show instead."""
+    checked = await _checked(checks, session, user, elicitation_id)
     if not isinstance(checked, Elicitation):
         return checked
-    assert user is not None  # _checked sends anonymous visitors to sign in
     wanted = plan_id or checked.plan_id
-    plan = runtime.catalog.get(wanted)
+    plan = checks.catalog.get(wanted)
     if (
         plan is not None
         and wanted != checked.plan_id
-        and plan not in runtime.paywall.plans_for(checked.tool_name)
+        and plan not in checks.paywall.plans_for(checked.tool_name)
     ):
         plan = None
     if plan is None:
-        return runtime.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
-    return checked, plan, user
+        return checks.pages.message("Plan unavailable", "This plan is no longer offered.", status_code=410)
+    return checked, plan
 
 
-def _covers(runtime: Runtime, elicitation: Elicitation, plan: Plan, plan_ids: frozenset[str]) -> bool:
+def _covers(paywall: Paywall, elicitation: Elicitation, plan: Plan, plan_ids: frozenset[str]) -> bool:
     """Whether these plans make paying for `plan` pointless: they include it, or one of them unlocks
     the tool without a limit on calls (a plan whose included calls ran out does not)."""
     if plan.id in plan_ids:
         return True
-    for owned in runtime.paywall.plans_for(elicitation.tool_name):
+    for owned in paywall.plans_for(elicitation.tool_name):
         if owned.id in plan_ids and not owned.counts_calls:
             return True
     return False
@@ -132,30 +190,33 @@ def _covers(runtime: Runtime, elicitation: Elicitation, plan: Plan, plan_ids: fr
 
 @router.get("/pay/{elicitation_id}")
 async def payment_page(
-    elicitation_id: str, request: Request, runtime: RuntimeDep, session: SessionDep, user: BrowserUser
+    elicitation_id: str,
+    user: SignedInUser,
+    session: SessionDep,
+    checks: PaymentChecksDep,
+    checkout_domain: CheckoutDomain,
 ) -> Response:
-    payable = await _payable(runtime, session, user, elicitation_id, request)
+    payable = await _payable(checks, session, user, elicitation_id)
     if not isinstance(payable, tuple):
         return payable
-    checked, plan, user = payable
+    checked, plan = payable
     await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
-    grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+    grace = timedelta(seconds=checks.settings.past_due_grace_seconds)
     owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
-    return runtime.form_page(
-        request,
+    return checks.form_pages.render(
         "pay.html",
         plan=plan,
         # The user has this plan and its included calls are used up: an upgrade or credits help.
         plan_owned=plan.id in owned,
         other_plans=[
             other
-            for other in runtime.paywall.plans_for(checked.tool_name)
+            for other in checks.paywall.plans_for(checked.tool_name)
             if other.id != plan.id and other.id not in owned
         ],
-        packs=runtime.catalog.credit_packs(),
+        packs=checks.catalog.credit_packs(),
         tool_name=checked.tool_name,
         username=user.username,
-        checkout_domain=runtime.checkout_domain,
+        checkout_domain=checkout_domain,
         elicitation_id=checked.id,
     )
 
@@ -172,36 +233,34 @@ class CheckoutPlan:
 
 
 async def _checkouts_exceeded(
-    runtime: Runtime, session: AsyncSession, user_id: str, elicitation_id: str
+    checks: PaymentChecks, session: AsyncSession, user_id: str, elicitation_id: str
 ) -> Response | None:
     """429 (and an audit row) once the user started `MAX_CHECKOUTS_PER_HOUR` checkouts of any kind."""
     checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user_id, CHECKOUT_WINDOW)
-    if checkouts < runtime.settings.max_checkouts_per_hour:
+    if checkouts < checks.settings.max_checkouts_per_hour:
         return None
     await record(
         session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="checkout"
     )
-    return _too_many(runtime, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
+    return _too_many(checks.pages, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
 
 
-def _too_many(runtime: Runtime, what: str, retry_after: timedelta) -> Response:
-    response = runtime.pages.message(
-        "Too many attempts", f"You {what}. Please try again later.", status_code=429
-    )
+def _too_many(pages: Pages, what: str, retry_after: timedelta) -> Response:
+    response = pages.message("Too many attempts", f"You {what}. Please try again later.", status_code=429)
     response.headers["Retry-After"] = str(int(retry_after.total_seconds()))
     return response
 
 
-def _waiting_for_confirmation(runtime: Runtime) -> Response:
-    return runtime.pages.message(
+def _waiting_for_confirmation(pages: Pages) -> Response:
+    return pages.message(
         "Payment received, waiting for confirmation",
         "Stripe has your payment and is confirming it to us, usually within seconds. Nothing more to "
         "pay: go back to your MCP client, the tool continues by itself once the confirmation arrives.",
     )
 
 
-def _untrusted_redirect(runtime: Runtime) -> Response:
-    return runtime.pages.message(
+def _untrusted_redirect(pages: Pages) -> Response:
+    return pages.message(
         "Payment page unavailable",
         "Stripe answered with an address we do not send browsers to. Nothing was charged; please try "
         "again later.",
@@ -210,10 +269,10 @@ def _untrusted_redirect(runtime: Runtime) -> Response:
 
 
 async def _pay_attempts_exceeded(
-    runtime: Runtime, session: AsyncSession, user_id: str, elicitation_id: str
+    checks: PaymentChecks, session: AsyncSession, user_id: str, elicitation_id: str
 ) -> Response | None:
     """Count this press of the pay button, or refuse it: per user and per elicitation, before Stripe."""
-    settings = runtime.settings
+    settings = checks.settings
     by_user = await count_recent(session, AuditKind.CHECKOUT_ATTEMPT, user_id, PAY_ATTEMPT_WINDOW)
     by_elicitation = await count_recent(
         session, AuditKind.CHECKOUT_ATTEMPT, user_id, PAY_ATTEMPT_WINDOW, elicitation_id=elicitation_id
@@ -225,34 +284,42 @@ async def _pay_attempts_exceeded(
         await record(
             session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="pay"
         )
-        return _too_many(runtime, "pressed the pay button too often in the last hour", PAY_ATTEMPT_WINDOW)
+        return _too_many(
+            checks.pages, "pressed the pay button too often in the last hour", PAY_ATTEMPT_WINDOW
+        )
     await record(session, AuditKind.CHECKOUT_ATTEMPT, user_id=user_id, elicitation_id=elicitation_id)
     return None
 
 
 async def _read_checkout_plan(
-    runtime: Runtime, request: Request, elicitation_id: str, plan_id: str | None
+    checks: PaymentChecks,
+    sessions: SessionFactory,
+    secret: str | None,
+    elicitation_id: str,
+    plan_id: str | None,
 ) -> CheckoutPlan | Response:
     """The read step of the pay button, in one short transaction: who, what, whether to go on at all."""
-    async with runtime.sessions() as session, session.begin():
-        user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
-        payable = await _payable(runtime, session, user, elicitation_id, request, plan_id)
+    async with sessions() as session, session.begin():
+        user = await browser_session_user(session, secret)
+        if user is None:
+            return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
+        payable = await _payable(checks, session, user, elicitation_id, plan_id)
         if not isinstance(payable, tuple):
             return payable
-        elicitation, plan, user = payable
-        refused = await _pay_attempts_exceeded(runtime, session, user.id, elicitation.id)
+        elicitation, plan = payable
+        refused = await _pay_attempts_exceeded(checks, session, user.id, elicitation.id)
         if refused is not None:
             return refused
         # Fresh from the database, not the paywall's cache: a payment confirmed seconds ago counts.
-        grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+        grace = timedelta(seconds=checks.settings.past_due_grace_seconds)
         entitled = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
-        if _covers(runtime, elicitation, plan, entitled):
-            return runtime.pages.message(
+        if _covers(checks.paywall, elicitation, plan, entitled):
+            return checks.pages.message(
                 "Already subscribed",
                 "Your subscription already unlocks this tool; nothing was charged. Return to your MCP "
                 "client and call the tool again.",
             )
-        if (limited := await _checkouts_exceeded(runtime, session, user.id, elicitation.id)) is not None:
+        if (limited := await _checkouts_exceeded(checks, session, user.id, elicitation.id)) is not None:
             return limited
         customer = await session.get(StripeCustomer, user.id)
         session.expunge(elicitation)
@@ -261,16 +328,17 @@ async def _read_checkout_plan(
         )
 
 
-async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response | None:
+async def _existing_payment(
+    checks: PaymentChecks, gateway: StripeGateway, found: CheckoutPlan
+) -> Response | None:
     """What to do instead of a new Checkout Session, if the user already paid or is paying (Stripe reads)."""
-    gateway = runtime.stripe
     elicitation = found.elicitation
     if elicitation.checkout_session_id is not None:
         current = await gateway.retrieve_checkout_session(elicitation.checkout_session_id)
         if field_of(field_of(current, "metadata"), "plan_id") not in (None, found.plan.id):
             pass  # that checkout is for another plan than the one chosen now
         elif current.status == "complete":
-            return _waiting_for_confirmation(runtime)
+            return _waiting_for_confirmation(checks.pages)
         if current.status == "open" and current.url:
             return RedirectResponse(gateway.checkout_url(current), status_code=303)
     if found.customer_id is None:
@@ -279,52 +347,45 @@ async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response |
         plan_id
         for subscription in await gateway.list_subscriptions(found.customer_id)
         if field_of(subscription, "status") in LIVE_STATUSES
-        and (plan_id := plan_of(subscription, runtime.catalog)) is not None
+        and (plan_id := plan_of(subscription, checks.catalog)) is not None
     }
-    if _covers(runtime, elicitation, found.plan, frozenset(live_plans)):
-        return _waiting_for_confirmation(runtime)  # paid, the webhook has not told us yet
+    if _covers(checks.paywall, elicitation, found.plan, frozenset(live_plans)):
+        return _waiting_for_confirmation(checks.pages)  # paid, the webhook has not told us yet
     if live_plans:
         # A second subscription would bill twice: change the plan of the one there is instead.
         url = await gateway.create_portal_session(
-            found.customer_id, return_url=f"{runtime.settings.public_base_url}/pay/{elicitation.id}"
+            found.customer_id, return_url=f"{checks.settings.public_base_url}/pay/{elicitation.id}"
         )
         return RedirectResponse(url, status_code=303)
     return None
 
 
-@router.post("/pay/{elicitation_id}")
+@router.post("/pay/{elicitation_id}", dependencies=[PayFormChecked])
 async def start_checkout(
     elicitation_id: str,
-    request: Request,
-    runtime: RuntimeDep,
-    csrf_token: Annotated[str | None, Form()] = None,
+    checks: PaymentChecksDep,
+    sessions: SessionFactoryDep,
+    secret: BrowserSessionSecret,
+    gateway: StripeDep,
+    metrics: MetricsDep,
     plan_id: Annotated[str | None, Form(max_length=64)] = None,
 ) -> Response:
     """Read (a short transaction), then Stripe (no transaction held), then write (a short transaction).
 
     `plan_id`: another plan that unlocks the tool, chosen on the page instead of the link's own."""
-    if not runtime.csrf.verify(request, csrf_token):
-        return runtime.pages.message(
-            "Form expired",
-            "Please reload the payment page and try again.",
-            status_code=400,
-            link_href=f"/pay/{elicitation_id}",
-            link_text="Back to the payment page",
-        )
-    found = await _read_checkout_plan(runtime, request, elicitation_id, plan_id)
+    found = await _read_checkout_plan(checks, sessions, secret, elicitation_id, plan_id)
     if not isinstance(found, CheckoutPlan):
         return found
-    gateway = runtime.stripe
     elicitation = found.elicitation
     try:
-        instead = await _existing_payment(runtime, found)
+        instead = await _existing_payment(checks, gateway, found)
         if instead is not None:
             return instead
         customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
         now = utcnow()
         lifetime = min(max(elicitation.expires_at - now, CHECKOUT_MIN_LIFETIME), CHECKOUT_MAX_LIFETIME)
         attempt = elicitation.checkout_attempt + 1
-        base = runtime.settings.public_base_url
+        base = checks.settings.public_base_url
         checkout = await gateway.create_checkout_session(
             CheckoutRequest(
                 customer_id=customer_id,
@@ -332,7 +393,7 @@ async def start_checkout(
                 metered_price_ids=tuple(
                     [
                         await gateway.price_id(metered)
-                        for metered in runtime.catalog.metered_prices_of(found.plan)
+                        for metered in checks.catalog.metered_prices_of(found.plan)
                     ]
                 ),
                 user_id=found.user_id,
@@ -347,32 +408,34 @@ async def start_checkout(
         url = gateway.checkout_url(checkout)
     except UntrustedRedirect:
         logger.exception("refused a redirect from Stripe for elicitation %s", elicitation.id)
-        return _untrusted_redirect(runtime)
+        return _untrusted_redirect(checks.pages)
     except stripe.IdempotencyError:
         # Two presses at once made the same request with different expiry times; the other one won.
         return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
 
     await _remember_checkout(
-        runtime, found, elicitation.id, attempt, customer_id, checkout.id, plan_checkout=True
+        sessions, found, elicitation.id, attempt, customer_id, checkout.id, plan_checkout=True
     )
-    runtime.metrics.checkout_created(found.plan.id)
+    metrics.checkout_created(found.plan.id)
     return RedirectResponse(url, status_code=303)
 
 
 async def _read_credit_checkout(
-    runtime: Runtime, request: Request, elicitation_id: str
+    checks: PaymentChecks, sessions: SessionFactory, secret: str | None, elicitation_id: str
 ) -> CheckoutPlan | Response:
     """The read step of a credit pack's button: who, for which link, whether to go on at all."""
-    async with runtime.sessions() as session, session.begin():
-        user = await browser_session_user(session, request.cookies.get(runtime.cookies.name(SESSION_COOKIE)))
-        payable = await _payable(runtime, session, user, elicitation_id, request)
+    async with sessions() as session, session.begin():
+        user = await browser_session_user(session, secret)
+        if user is None:
+            return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
+        payable = await _payable(checks, session, user, elicitation_id)
         if not isinstance(payable, tuple):
             return payable
-        elicitation, plan, user = payable
-        refused = await _pay_attempts_exceeded(runtime, session, user.id, elicitation.id)
+        elicitation, plan = payable
+        refused = await _pay_attempts_exceeded(checks, session, user.id, elicitation.id)
         if refused is not None:
             return refused
-        if (limited := await _checkouts_exceeded(runtime, session, user.id, elicitation.id)) is not None:
+        if (limited := await _checkouts_exceeded(checks, session, user.id, elicitation.id)) is not None:
             return limited
         customer = await session.get(StripeCustomer, user.id)
         session.expunge(elicitation)
@@ -381,37 +444,29 @@ async def _read_credit_checkout(
         )
 
 
-@router.post("/pay/{elicitation_id}/credits")
+@router.post("/pay/{elicitation_id}/credits", dependencies=[PayFormChecked])
 async def buy_credits(
     elicitation_id: str,
-    request: Request,
-    runtime: RuntimeDep,
-    csrf_token: Annotated[str | None, Form(max_length=200)] = None,
+    checks: PaymentChecksDep,
+    sessions: SessionFactoryDep,
+    secret: BrowserSessionSecret,
+    gateway: StripeDep,
     pack_id: Annotated[str | None, Form(max_length=64)] = None,
 ) -> Response:
     """Checkout in payment mode for a credit pack: read, then Stripe (no transaction held), then write."""
-    if not runtime.csrf.verify(request, csrf_token):
-        return runtime.pages.message(
-            "Form expired",
-            "Please reload the payment page and try again.",
-            status_code=400,
-            link_href=f"/pay/{elicitation_id}",
-            link_text="Back to the payment page",
-        )
-    pack = runtime.catalog.credit_pack(pack_id or "")
+    pack = checks.catalog.credit_pack(pack_id or "")
     if pack is None:
-        return runtime.pages.message(
+        return checks.pages.message(
             "Credit pack unavailable", "This credit pack is not offered.", status_code=404
         )
-    found = await _read_credit_checkout(runtime, request, elicitation_id)
+    found = await _read_credit_checkout(checks, sessions, secret, elicitation_id)
     if not isinstance(found, CheckoutPlan):
         return found
-    gateway = runtime.stripe
     elicitation = found.elicitation
     attempt = elicitation.checkout_attempt + 1
     try:
         customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
-        base = runtime.settings.public_base_url
+        base = checks.settings.public_base_url
         checkout = await gateway.create_credit_checkout_session(
             CreditCheckoutRequest(
                 customer_id=customer_id,
@@ -428,12 +483,12 @@ async def buy_credits(
         url = gateway.checkout_url(checkout)
     except UntrustedRedirect:
         logger.exception("refused a redirect from Stripe for elicitation %s", elicitation.id)
-        return _untrusted_redirect(runtime)
+        return _untrusted_redirect(checks.pages)
     except stripe.IdempotencyError:
         return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
 
     await _remember_checkout(
-        runtime,
+        sessions,
         found,
         elicitation.id,
         attempt,
@@ -446,7 +501,7 @@ async def buy_credits(
 
 
 async def _remember_checkout(
-    runtime: Runtime,
+    sessions: SessionFactory,
     found: CheckoutPlan,
     elicitation_id: str,
     attempt: int,
@@ -458,7 +513,7 @@ async def _remember_checkout(
 ) -> None:
     """The write step after Stripe made a Checkout Session: the customer, the link's attempt
     counter (and, for a plan, the session the webhook will match) and an audit row."""
-    async with runtime.sessions() as session, session.begin():
+    async with sessions() as session, session.begin():
         if found.customer_id is None and await session.get(StripeCustomer, found.user_id) is None:
             session.add(StripeCustomer(user_id=found.user_id, customer_id=customer_id))
         row = await session.get(Elicitation, elicitation_id, with_for_update=True)
@@ -478,9 +533,9 @@ async def _remember_checkout(
 
 
 @router.get("/pay/{elicitation_id}/success")
-async def checkout_success(elicitation_id: str, runtime: RuntimeDep) -> Response:
+async def checkout_success(elicitation_id: str, pages: PagesDep) -> Response:
     # Deliberately confirms nothing: only the signed webhook grants access.
-    return runtime.pages.message(
+    return pages.message(
         "Thanks! Waiting for Stripe's confirmation",
         "Stripe will confirm your payment to us directly, usually within seconds. Go back to your MCP "
         "client: the tool continues by itself once the confirmation arrives, or call it again.",
@@ -488,8 +543,8 @@ async def checkout_success(elicitation_id: str, runtime: RuntimeDep) -> Response
 
 
 @router.get("/pay/{elicitation_id}/cancel")
-async def checkout_cancelled(elicitation_id: str, runtime: RuntimeDep) -> Response:
-    return runtime.pages.message(
+async def checkout_cancelled(elicitation_id: str, pages: PagesDep) -> Response:
+    return pages.message(
         "No payment made",
         "You left the checkout and nothing was charged.",
         link_href=f"/pay/{elicitation_id}",
@@ -497,25 +552,22 @@ async def checkout_cancelled(elicitation_id: str, runtime: RuntimeDep) -> Respon
     )
 
 
-@router.post("/pay/{elicitation_id}/restart")
+@router.post("/pay/{elicitation_id}/restart", dependencies=[Depends(CsrfChecked(_sign_in_to_pay))])
 async def restart_expired(
     elicitation_id: str,
-    request: Request,
-    runtime: RuntimeDep,
+    user: Annotated[User, Depends(SignedIn(return_to="/pay/{elicitation_id}"))],
     session: SessionDep,
-    user: BrowserUser,
-    csrf_token: Annotated[str | None, Form()] = None,
+    checks: PaymentChecksDep,
+    metrics: MetricsDep,
 ) -> Response:
     """A fresh elicitation in place of an expired one, owed to the same MCP sessions."""
-    if user is None or not runtime.csrf.verify(request, csrf_token):
-        return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
     old = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
     expired = old is not None and (
         old.status == ElicitationStatus.EXPIRED.value
         or (old.status == ElicitationStatus.OPEN.value and old.expires_at <= utcnow())
     )
     if old is None or old.user_id != user.id or not expired:
-        checked = await _checked(runtime, session, user, elicitation_id, request)  # the same refusals
+        checked = await _checked(checks, session, user, elicitation_id)  # the same refusals
         if isinstance(checked, Elicitation):
             return RedirectResponse(f"/pay/{elicitation_id}", status_code=303)
         return checked
@@ -523,12 +575,12 @@ async def restart_expired(
         fresh = await restart(
             session,
             old,
-            ttl=timedelta(seconds=runtime.settings.elicitation_ttl_seconds),
-            max_new_per_hour=runtime.settings.max_elicitations_per_hour,
-            metrics=runtime.metrics,
+            ttl=timedelta(seconds=checks.settings.elicitation_ttl_seconds),
+            max_new_per_hour=checks.settings.max_elicitations_per_hour,
+            metrics=metrics,
         )
     except RateLimited as exc:
-        response = runtime.pages.message("Too many attempts", str(exc).capitalize() + ".", status_code=429)
+        response = checks.pages.message("Too many attempts", str(exc).capitalize() + ".", status_code=429)
         response.headers["Retry-After"] = str(exc.retry_after_seconds)
         return response
     return RedirectResponse(f"/pay/{fresh.id}", status_code=303)

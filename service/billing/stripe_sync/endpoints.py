@@ -10,12 +10,21 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from service.audit.sampling import AuditSampler
 from service.audit.service import AuditKind, record
+from service.billing.stripe_sync.processor import WebhookProcessor
 from service.billing.stripe_sync.stripe_events import StripeEventData
 from service.billing.stripe_sync.verification import WebhookRejected, verify_event
-from service.dependencies import get_runtime
+from service.db.engine import SessionFactory
+from service.dependencies import (
+    get_metrics,
+    get_session_factory,
+    get_webhook_checks,
+    get_webhook_processor,
+    get_webhook_rejections,
+)
+from service.observability.metrics import ServiceMetrics
 from service.observability.webhooks import webhook_processed
-from service.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
@@ -27,28 +36,34 @@ async def stripe_webhook(request: Request) -> JSONResponse:
     signature check may interpret, so FastAPI's parameter machinery would add cost and nothing else.
     `BodyLimit` in front has refused a body over MAX_WEBHOOK_BODY_BYTES before this reads it.
     """
-    runtime = get_runtime(request)
+    metrics = await get_metrics(request)
     received_at = time.time()
     started = time.perf_counter()
     payload = await request.body()
     try:
-        event = verify_event(payload, request.headers.get("stripe-signature"), runtime.webhook_checks)
+        event = verify_event(
+            payload, request.headers.get("stripe-signature"), await get_webhook_checks(request)
+        )
     except WebhookRejected as exc:
-        await _rejected(runtime, exc)
+        await _rejected(
+            metrics, await get_webhook_rejections(request), await get_session_factory(request), exc
+        )
         # The same answer whatever failed: a forger learns nothing about which check stopped them.
         return JSONResponse({"error": "invalid_request"}, status_code=400)
-    runtime.metrics.webhook_received(event.created, received_at)
+    metrics.webhook_received(event.created, received_at)
     try:
-        return await _process(runtime, event, started)
+        return await _process(await get_webhook_processor(request), metrics, event, started)
     finally:
-        runtime.metrics.webhook_handled(event.type, time.perf_counter() - started)
+        metrics.webhook_handled(event.type, time.perf_counter() - started)
 
 
-async def _process(runtime: Runtime, event: StripeEventData, started: float) -> JSONResponse:
+async def _process(
+    processor: WebhookProcessor, metrics: ServiceMetrics, event: StripeEventData, started: float
+) -> JSONResponse:
     try:
-        outcome = await runtime.webhooks.process(event)
+        outcome = await processor.process(event)
     except stripe.StripeError as exc:
-        runtime.metrics.webhook(event.type, "stripe_read_failed")
+        metrics.webhook(event.type, "stripe_read_failed")
         # Reading the event's objects back from Stripe failed: nothing was stored, so Stripe's retry
         # will process the event afresh.
         logger.warning(
@@ -56,21 +71,23 @@ async def _process(runtime: Runtime, event: StripeEventData, started: float) -> 
         )
         return JSONResponse({"error": "stripe_read_failed"}, status_code=502)
     except Exception:
-        runtime.metrics.webhook(event.type, "error")
+        metrics.webhook(event.type, "error")
         raise
-    webhook_processed(runtime.metrics, event, outcome, started)
+    webhook_processed(metrics, event, outcome, started)
     return JSONResponse({"received": True, "outcome": outcome.status})
 
 
-async def _rejected(runtime: Runtime, exc: WebhookRejected) -> None:
+async def _rejected(
+    metrics: ServiceMetrics, rejections: AuditSampler, sessions: SessionFactory, exc: WebhookRejected
+) -> None:
     """Counted every time; logged and audited only when the sampler says a row is due."""
-    runtime.metrics.webhook_rejected(exc.reason)
-    count = runtime.webhook_rejections.take(exc.reason)
+    metrics.webhook_rejected(exc.reason)
+    count = rejections.take(exc.reason)
     if count is None:
         return
     logger.warning("stripe webhook rejected (%s, %d since the last entry): %s", exc.reason, count, exc)
     try:
-        async with runtime.sessions() as session, session.begin():
+        async with sessions() as session, session.begin():
             await record(session, AuditKind.WEBHOOK_REJECTED, reason=exc.reason, detail=str(exc), count=count)
     except (OperationalError, InterfaceError, OSError) as error:
         # A stranger's request never gets a 5xx from a sample it cannot see; the metric still counts it.
