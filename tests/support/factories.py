@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from datetime import timedelta
+from typing import Any
 
 from service.billing.models import Subscription
 from service.billing.subscriptions import apply_subscription, bind_customer
@@ -33,16 +34,17 @@ async def elicitation(
     service: RunningService,
     user: User,
     *,
-    plan_id: str = "pro",
     tool: str = "ascii_chart",
+    plan_id: str | None = None,
     era: str = HANDSHAKE_ERA,
     mcp_session_id: str | None = None,
 ) -> Elicitation:
-    """The user's open payment link for `plan_id` (made if there is none), as a paid call opens it."""
+    """The user's open elicitation for `plan_id` (by default the first plan the paywall offers for
+    `tool`), made if there is none, as an unpaid call of `tool` opens it."""
     settings = service.settings
     request = ElicitationRequest(
         user_id=user.id,
-        plan_id=plan_id,
+        plan_id=plan_id or service.runtime.paywall.plans_for(tool)[0].id,
         tool_name=tool,
         protocol_era=era,
         mcp_session_id=mcp_session_id,
@@ -55,7 +57,12 @@ async def elicitation(
 
 
 def payment_url(service: RunningService, row: Elicitation) -> str:
-    return f"{service.settings.public_base_url}/pay/{row.id}"
+    return service.runtime.paywall.payment_url(row.id)
+
+
+async def payment_link(service: RunningService, user: User, **kwargs: Any) -> str:
+    """The URL of the user's payment page, as an unpaid call hands it out (kwargs: `elicitation`)."""
+    return payment_url(service, await elicitation(service, user, **kwargs))
 
 
 async def subscription(

@@ -25,8 +25,7 @@ CHART_ARGS = {"values": [1, 2, 3]}
 
 async def elicit(service: RunningService, username: str, **kwargs: Any) -> str:
     """A new user's payment link, as their first paid call opens it (kwargs: `factories.elicitation`)."""
-    user = await service.add_user(username)
-    return factories.payment_url(service, await factories.elicitation(service, user, **kwargs))
+    return await factories.payment_link(service, await service.add_user(username), **kwargs)
 
 
 async def test_signed_out_visitors_are_sent_to_login_and_back(service: RunningService) -> None:
@@ -163,8 +162,7 @@ async def test_checkout_rate_limit_is_a_429_with_retry_after(database_url: str) 
     async with run_service(database_url, max_checkouts_per_hour=1) as service:
         pro_url = await elicit(service, "hal")
         [hal] = await service.rows(User, username="hal")
-        team = await factories.elicitation(service, hal, plan_id="team", tool="password_audit")
-        team_url = factories.payment_url(service, team)
+        team_url = await factories.payment_link(service, hal, tool="password_audit")
         assert team_url != pro_url
         assert (await open_checkout(service, pro_url, "hal")).status_code == 303
         limited = await open_checkout(service, team_url, "hal")
