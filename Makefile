@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install lock docs browser node-deps migrate run test test-postgres lint format typecheck check bench clean
+.PHONY: install lock docs browser node-deps migrate run test test-fast test-postgres lint format typecheck check bench clean
 
 install: $(STAMP)
 
@@ -63,6 +63,11 @@ COV_ARGS := --cov --cov-report=term-missing:skip-covered
 
 test: install browser node-deps
 	$(BIN)/python -m pytest $(COV_ARGS) $(PYTEST_ARGS)
+
+# The fast tier, for the edit-test loop: unit tests and the MCP server in memory (tests/in_memory),
+# with no HTTP server, browser or subprocess; `make test` runs them too.
+test-fast: install
+	$(BIN)/python -m pytest -q tests/unit tests/in_memory $(PYTEST_ARGS)
 
 # The same suite against a PostgreSQL server: TEST_POSTGRES_URL=postgresql://user@host:port/db.
 # Without coverage: `make test` measures it, and tracing every line costs CI time twice otherwise.

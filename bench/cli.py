@@ -122,12 +122,13 @@ class Bench:
         if {"unpaid", "soak"} & set(options.scenarios):
             wanted.add("paid-prod")
         self.sandbox = procs.start_server(
-            "sandbox", procs.free_port(), {"BENCH_KIND": "sandbox"}, self.workdir
+            "sandbox", procs.listener(), {"BENCH_KIND": "sandbox"}, self.workdir
         )
         procs.wait_ready(self.sandbox)
         print(f"  started sandbox (Stripe) on 127.0.0.1:{self.sandbox.port}", flush=True)
         pending: list[tuple[str, int, dict[str, str]]] = []
-        ports = {name: procs.free_port() for name in wanted}
+        listeners = {name: procs.listener() for name in wanted}
+        ports = {name: procs.port_of(sock) for name, sock in listeners.items()}
         for name in sorted(wanted):
             port = ports[name]
             env = {"BENCH_JSON": "1" if name.endswith("-json") else "0"}
@@ -189,8 +190,8 @@ class Bench:
                 seeded=seeded,
                 database_url=database_url,
             )
-        for name, port, env in pending:
-            self.targets[name].server = procs.start_server(name, port, env, self.workdir)
+        for name, _, env in pending:
+            self.targets[name].server = procs.start_server(name, listeners[name], env, self.workdir)
         for name, _, _ in pending:
             procs.wait_ready(self.targets[name].server)
             print(f"  started {name} on 127.0.0.1:{self.targets[name].server.port}", flush=True)

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from service.web.background_server import bind_loopback, port_of
+
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0
 STOP_TIMEOUT = 5.0
@@ -71,7 +73,15 @@ def forget(process: subprocess.Popen[Any]) -> None:
         _children.remove(process)
 
 
+def listener() -> socket.socket:
+    """A loopback socket bound to a port the kernel picks, for `start_server` to hand down: held
+    from now on, so no other process can take the port before the server listens on it."""
+    return bind_loopback()
+
+
 def free_port() -> int:
+    """A port free now and bound later by someone else, so another process may take it first: only
+    for what cannot be handed a socket (the service binds its metrics listener itself)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -116,24 +126,31 @@ def gc_probe_path(log: Path) -> Path:
     return log.with_suffix(".gc.json")
 
 
-def start_server(name: str, port: int, env: dict[str, str], logdir: Path) -> Server:
-    """On 127.0.0.1:port, one process, no reload: our service (BENCH_KIND=paid) as `serve` starts
-    it (`bench/paid_serve.py`), the others as `uvicorn bench.servers:create --factory`."""
+def start_server(name: str, sock: socket.socket, env: dict[str, str], logdir: Path) -> Server:
+    """On `sock` (from `listener`, handed down and closed here), one process, no reload: our service
+    (BENCH_KIND=paid) as `serve --fd` starts it (`bench/paid_serve.py`), the others as uvicorn runs
+    `bench.servers:create` (`python -m bench.servers`)."""
+    port = port_of(sock)
     log = logdir / f"{name}.log"
     handle: IO[bytes] = log.open("wb")
-    if env.get("BENCH_KIND") == "paid":
-        args = [sys.executable, "-m", "bench.paid_serve"]
-    else:
-        args = [
-            sys.executable, "-m", "uvicorn", "bench.servers:create", "--factory",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--log-level", "warning", "--no-access-log", "--timeout-graceful-shutdown", "2",
-            # Interleaved throughput leaves a server's connections idle while the others take turns.
-            "--timeout-keep-alive", "120",
-        ]  # fmt: skip
-    environment = {**env, "BENCH_PORT": str(port), "BENCH_GC_PROBE": str(gc_probe_path(log))}
-    process = spawn(args, env=environment, stdout=handle, stderr=subprocess.STDOUT)
-    handle.close()
+    module = "bench.paid_serve" if env.get("BENCH_KIND") == "paid" else "bench.servers"
+    environment = {
+        **env,
+        "BENCH_PORT": str(port),
+        "BENCH_FD": str(sock.fileno()),
+        "BENCH_GC_PROBE": str(gc_probe_path(log)),
+    }
+    try:
+        process = spawn(
+            [sys.executable, "-m", module],
+            env=environment,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            pass_fds=(sock.fileno(),),
+        )
+    finally:
+        handle.close()
+        sock.close()  # the child serves on its own copy
     return Server(name, port, process, log)
 
 

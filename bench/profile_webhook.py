@@ -70,7 +70,7 @@ async def main(events: int, concurrency: int, top: int) -> None:
     from stripe_sandbox import API_VERSION, sign_webhook_payload
 
     with tempfile.TemporaryDirectory() as workdir:
-        sandbox = procs.start_server("sandbox", procs.free_port(), {"BENCH_KIND": "sandbox"}, Path(workdir))
+        sandbox = procs.start_server("sandbox", procs.listener(), {"BENCH_KIND": "sandbox"}, Path(workdir))
         procs.wait_ready(sandbox)
         database_url, db_name = seed.postgres_database()
         try:

@@ -1,6 +1,9 @@
 """ASGI factories for the servers under test, each run by uvicorn in its own process.
 
-    uvicorn bench.servers:create --factory   (configured by BENCH_* environment variables)
+    python -m bench.servers   (configured by BENCH_* environment variables)
+
+which runs `create` as `uvicorn bench.servers:create --factory` would, on the already-bound socket
+BENCH_FD the parent hands down (`bench/procs.py`), so no other process can take its port first.
 
 - `bare`: a plain `mcp` `MCPServer` with the same `ascii_chart` function, no auth, no paywall, in a
   process where sniffio cannot be imported, as where `pip install mcp` alone installed the SDK
@@ -77,3 +80,28 @@ def create() -> Any:
     if kind == "sandbox":
         return sandbox_app()
     raise ValueError(f"unknown BENCH_KIND {kind!r}")
+
+
+def main() -> None:
+    """uvicorn's own `run`, on the inherited socket: a listener made with an explicit TCP protocol,
+    which uvicorn's `--fd` (read as a Unix socket) would lose, and with it Nagle off on accepted
+    connections."""
+    import uvicorn
+
+    from service.web.inherited_socket import inherited_listener
+
+    listener = inherited_listener(int(os.environ["BENCH_FD"]))
+    config = uvicorn.Config(
+        "bench.servers:create",
+        factory=True,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=2,
+        # Interleaved throughput leaves a server's connections idle while the others take turns.
+        timeout_keep_alive=120,
+    )
+    uvicorn.Server(config).run(sockets=[listener])
+
+
+if __name__ == "__main__":
+    main()

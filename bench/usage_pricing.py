@@ -108,10 +108,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(options: argparse.Namespace, workdir: Path) -> int:
-    sandbox = procs.start_server("sandbox", procs.free_port(), {"BENCH_KIND": "sandbox"}, workdir)
+    sandbox = procs.start_server("sandbox", procs.listener(), {"BENCH_KIND": "sandbox"}, workdir)
     procs.wait_ready(sandbox)
     api_base = f"http://127.0.0.1:{sandbox.port}"
-    port = procs.free_port()
+    sock = procs.listener()
+    port = procs.port_of(sock)
     resource_url = f"http://127.0.0.1:{port}/mcp"
     database_url = seed.sqlite_database(workdir, "paid")
 
@@ -142,7 +143,7 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
     }
     server = procs.start_server(
         "paid",
-        port,
+        sock,
         {"BENCH_KIND": "paid", "BENCH_JSON": "0", "BENCH_SETTINGS": json.dumps(settings)},
         workdir,
     )

@@ -49,6 +49,7 @@ from service.identity.token_cache import TokenCache
 from service.identity.token_throttle import TokenRequestThrottle
 from service.identity.token_verifier import StoredTokenVerifier
 from service.mcp_server.billing_tools import register_billing_tools
+from service.mcp_server.caller import CallerSource, verified_caller
 from service.mcp_server.output_cap import ToolOutputCap
 from service.mcp_server.server import MCP_PATH, build_mcp_app, build_mcp_server
 from service.observability.exposition import router as metrics_router
@@ -80,8 +81,9 @@ from service.web.routes import TemplateRoute
 from service.web.security_headers import SecurityHeadersMiddleware
 
 
-async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
-    """Creates every long-lived resource; `stack` closes them in reverse order at shutdown."""
+async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: CallerSource) -> Runtime:
+    """Creates every long-lived resource; `stack` closes them in reverse order at shutdown.
+    `callers` tells tools and the paywall who is calling (service/mcp_server/caller.py)."""
     catalog = PlanCatalog.load(settings.plans_file)
     engine = create_engine(settings.database_url)
     stack.push_async_callback(engine.dispose)
@@ -172,6 +174,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         tool_index,
         known_links,
         metrics,
+        callers=callers,
     )
     billing_events = BillingEvents()
     relay_billing_events(billing_events, bus)
@@ -207,12 +210,13 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
 
     def build_mcp(upstream_tools: list[Tool]) -> MCPServer:
         mcp = build_mcp_server(
-            settings, oauth, sessions, external.verifier if external else None, tools=upstream_tools
+            settings, oauth, sessions, callers, external.verifier if external else None, tools=upstream_tools
         )
         register_billing_tools(
             mcp,
             sessions,
             catalog,
+            callers=callers,
             public_base_url=settings.public_base_url,
             grace_seconds=settings.past_due_grace_seconds,
         )
@@ -222,7 +226,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     mcp = build_mcp([])
     if upstream.tools:  # prebuilt tools go to the constructor: built again, once our names are known
         await upstream.check_names(mcp)
-        mcp = build_mcp(upstream.registry_entries(paywall))
+        mcp = build_mcp(upstream.registry_entries(paywall, callers))
     await install_observability(settings, mcp, metrics, stack)
     mcp.middleware.append(ToolOutputCap(settings.max_tool_output_bytes))  # inside the observer
     passwords = PasswordHashing.from_settings(settings)
@@ -295,8 +299,14 @@ class LateBoundApp:
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 
 
-def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    tracer: Tracer | None = None,
+    callers: CallerSource = verified_caller,
+) -> FastAPI:
     """`tracer`: each HTTP request becomes a span of it (service/observability/tracing.py).
+    `callers`: who tools run for; only in-process tests pass anything but the verified token's user.
 
     One middleware stack, declared below, serves every request: `/mcp` and Stripe's webhooks
     included, so every response gets the same request id, access line, security headers, body
@@ -309,7 +319,7 @@ def create_app(settings: Settings | None = None, *, tracer: Tracer | None = None
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
-            app.state.runtime = await _start_runtime(settings, stack)
+            app.state.runtime = await _start_runtime(settings, stack, callers)
             runtime = app.state.runtime
             http_requests.target = runtime.metrics
             stack.callback(setattr, http_requests, "target", None)

@@ -22,7 +22,7 @@ from pydantic import Field
 
 from service.billing.plans import PlanCatalog
 from service.gateway.upstream import UpstreamClient
-from service.mcp_server.caller import current_caller
+from service.mcp_server.caller import CallerSource
 from service.paywall.toolset import PaidTool, PaywallGate
 
 Forward = Callable[[dict[str, Any], Context], Awaitable[t.CallToolResult | t.InputRequiredResult]]
@@ -91,13 +91,15 @@ def classify(upstream_tools: list[t.Tool], catalog: PlanCatalog, free: Iterable[
     return Classified(served, paid, free_served, left_out)
 
 
-def _forwarder(upstream: UpstreamClient, name: str, paid: PaidTool | None, gate: PaywallGate) -> Forward:
+def _forwarder(
+    upstream: UpstreamClient, name: str, paid: PaidTool | None, gate: PaywallGate, callers: CallerSource
+) -> Forward:
     async def forward(arguments: dict[str, Any], ctx: Context) -> t.CallToolResult | t.InputRequiredResult:
         if paid is not None:
             refusal = await gate.guard(ctx, paid, arguments)
             if refusal is not None:
                 return refusal
-        caller = current_caller()
+        caller = callers()
 
         async def relay(progress: float, total: float | None, message: str | None) -> None:
             # A no-op when our caller sent no progress token; otherwise on our caller's token.
@@ -123,6 +125,7 @@ def upstream_tools_as_ours(
     upstream_tools: list[t.Tool],
     paid: dict[str, PaidTool],
     gate: PaywallGate,
+    callers: CallerSource,
 ) -> list[Tool]:
     """Every upstream tool as a registry entry for `MCPServer(tools=...)`."""
     metadata = func_metadata(_no_parameters, structured_output=False)
@@ -139,7 +142,7 @@ def upstream_tools_as_ours(
             icons=tool.icons,
             meta=tool.meta,
             upstream_output_schema=tool.output_schema,
-            forward=_forwarder(upstream, tool.name, paid.get(tool.name), gate),
+            forward=_forwarder(upstream, tool.name, paid.get(tool.name), gate, callers),
         )
         for tool in upstream_tools
     ]

@@ -16,6 +16,7 @@ from pydantic import SecretStr
 from service.billing.plans import PlanCatalog
 from service.gateway.tools import check_names, classify, upstream_tools_as_ours
 from service.gateway.upstream import UpstreamClient, UpstreamConfig
+from service.mcp_server.caller import CallerSource
 from service.paywall.toolset import PaidTool, PaywallGate
 from service.settings import Settings
 
@@ -35,11 +36,11 @@ class Gateway:
         """Raise `ToolNameCollision` when an upstream tool has the name of a tool on `ours`."""
         check_names({tool.name for tool in await ours.list_tools()}, self.tools)
 
-    def registry_entries(self, gate: PaywallGate) -> list[Tool]:
+    def registry_entries(self, gate: PaywallGate, callers: CallerSource) -> list[Tool]:
         """The upstream's tools for `MCPServer(tools=...)`, paid ones behind `gate`; [] without one."""
         if self.upstream is None:
             return []
-        return upstream_tools_as_ours(self.upstream, self.tools, self.paid_tools, gate)
+        return upstream_tools_as_ours(self.upstream, self.tools, self.paid_tools, gate, callers)
 
 
 async def start_gateway(settings: Settings, stack: AsyncExitStack, catalog: PlanCatalog) -> Gateway:

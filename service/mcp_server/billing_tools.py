@@ -28,7 +28,7 @@ from service.billing.subscriptions import grants_access
 from service.billing.usage import credit_balance, period_usage
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
-from service.mcp_server.caller import current_caller
+from service.mcp_server.caller import CallerSource
 from service.money import format_amount
 
 
@@ -67,6 +67,7 @@ def register_billing_tools(
     sessions: SessionFactory,
     catalog: PlanCatalog,
     *,
+    callers: CallerSource,
     public_base_url: str,
     grace_seconds: int,
 ) -> None:
@@ -79,7 +80,7 @@ def register_billing_tools(
         )
     )
     async def billing_status() -> BillingStatus:
-        caller = current_caller()
+        caller = callers()
         now = utcnow()
         items: list[SubscriptionStatus] = []
         async with sessions() as session:

@@ -1,7 +1,14 @@
-"""The calling user, from the verified bearer token and nothing else."""
+"""The calling user, from the verified bearer token and nothing else.
+
+Tools and the paywall ask a `CallerSource` who called them. The service wires `verified_caller`,
+which reads only the token the SDK's bearer authentication verified; there is no setting or header
+that picks another source. Only code that builds the app in-process (the in-memory test tier) can
+hand in a different one.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -17,7 +24,11 @@ class Caller:
     client_id: str
 
 
-def current_caller() -> Caller:
+CallerSource = Callable[[], Caller]  # who is calling the tool that runs now
+
+
+def verified_caller() -> Caller:
+    """The caller named by the bearer token the SDK verified for this request."""
     token = get_access_token()
     if token is None or not token.subject:
         raise NoAuthenticatedCaller("this tool needs an authenticated caller")

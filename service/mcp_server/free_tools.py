@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from service.db.engine import SessionFactory
 from service.identity.models import User
-from service.mcp_server.caller import current_caller
+from service.mcp_server.caller import CallerSource
 
 
 class WhoAmI(BaseModel):
@@ -16,10 +16,10 @@ class WhoAmI(BaseModel):
     client_id: str
 
 
-def register_free_tools(server: MCPServer, sessions: SessionFactory) -> None:
+def register_free_tools(server: MCPServer, sessions: SessionFactory, callers: CallerSource) -> None:
     @server.tool(description="Who the service thinks you are: the account behind your token.")
     async def whoami() -> WhoAmI:
-        caller = current_caller()
+        caller = callers()
         async with sessions() as session:
             user = await session.get(User, caller.user_id)
         if user is None:

@@ -22,6 +22,7 @@ from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import bearer_protected
+from service.mcp_server.caller import CallerSource
 from service.mcp_server.event_store import SessionEventStore, SessionScopes
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
@@ -66,6 +67,7 @@ def build_mcp_server(
     settings: Settings,
     oauth: DatabaseOAuthProvider,
     sessions: SessionFactory,
+    callers: CallerSource,
     external: ExternalTokenVerifier | None = None,
     tools: Sequence[Tool] = (),
 ) -> MCPServer:
@@ -89,7 +91,7 @@ def build_mcp_server(
         if not settings.mcp_otel_spans:
             drop_otel_spans(server)
         check_only_declared_headers(server)
-    register_free_tools(server, sessions)
+    register_free_tools(server, sessions, callers)
     return server
 
 

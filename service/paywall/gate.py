@@ -33,7 +33,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from service.billing.plans import Plan
 from service.billing.usage import PaidCall
 from service.db.engine import SessionFactory
-from service.mcp_server.caller import Caller, current_caller
+from service.mcp_server.caller import Caller, CallerSource
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
 from service.paywall.admission import Admission, call_key
@@ -79,6 +79,8 @@ class Paywall:
         tools: PaidToolIndex,
         known_links: KnownLinks,
         metrics: ServiceMetrics | None = None,
+        *,
+        callers: CallerSource,
     ) -> None:
         self._settings = settings
         self._sessions = sessions
@@ -88,6 +90,7 @@ class Paywall:
         self._tools = tools
         self._known_links = known_links
         self._metrics = metrics
+        self._callers = callers
         self._admission = Admission(sessions, tools.catalog, entitlements)
 
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
@@ -114,7 +117,7 @@ class Paywall:
     async def _guard(
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
     ) -> CallToolResult | InputRequiredResult | None:
-        caller = current_caller()
+        caller = self._callers()
         plan_ids = self._tools.unlocking_plan_ids(tool)
         if not plan_ids:
             return error_result(f"{tool.name} is not offered in any plan right now.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from playwright.async_api import Page, expect
+from playwright.async_api import Browser, Page, expect
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -19,6 +19,13 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 TIMEOUT_MS = 15_000
+
+
+async def new_page(browser: Browser) -> Page:
+    """A page in a fresh context (no cookies shared with other pages), waiting at most TIMEOUT_MS."""
+    page = await (await browser.new_context()).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    return page
 
 
 async def fill_stripe_checkout(page: Page, card: str, *, email: str = "ada@example.com") -> None:

@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx2
 import mcp_types as t
-from mcp import Client
+import pytest
+from mcp import Client, MCPError, UrlElicitationRequiredError
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
@@ -19,6 +20,17 @@ ElicitAnswer = Callable[[t.ElicitRequestURLParams], Awaitable[t.ElicitResult]]
 
 async def accept(_: t.ElicitRequestURLParams) -> t.ElicitResult:
     return t.ElicitResult(action="accept")
+
+
+async def call_expecting_32042(client: Any, tool: str, args: dict[str, Any]) -> t.ElicitRequestURLParams:
+    """Call a paid tool unpaid on a 2025-11-25 session; the one URL elicitation of its -32042 error."""
+    with pytest.raises(MCPError) as raised:
+        await client.call_tool(tool, args)
+    assert raised.value.code == -32042
+    elicitations = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
+    assert len(elicitations) == 1
+    assert elicitations[0].mode == "url"
+    return elicitations[0]
 
 
 @dataclass

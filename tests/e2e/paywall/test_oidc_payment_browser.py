@@ -13,7 +13,7 @@ from playwright.async_api import Browser, Page, expect
 from service.audit.models import AuditEvent
 from service.billing.models import Subscription
 from service.identity.oidc.models import ExternalIdentity
-from tests.support.browser import TIMEOUT_MS, fill_stripe_checkout
+from tests.support.browser import fill_stripe_checkout, new_page
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.oidc_provider import OidcProvider, new_signing_key, run_service_with_provider
 from tests.support.service import RunningService
@@ -28,12 +28,6 @@ CHART_ARGS = {"values": [3, 1, 2], "labels": ["a", "b", "c"]}
 async def stack(database_url: str, tmp_path: Path) -> AsyncIterator[tuple[OidcProvider, RunningService]]:
     async with run_service_with_provider(database_url, tmp_path, keys=[new_signing_key("k1")]) as running:
         yield running
-
-
-async def new_page(browser: Browser) -> Page:
-    page = await (await browser.new_context()).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    return page
 
 
 async def sign_in_at_provider(page: Page, provider: OidcProvider, username: str) -> None:

@@ -12,7 +12,7 @@ from playwright.async_api import Browser, Page, expect
 
 from service.audit.models import AuditEvent
 from service.billing.models import Subscription
-from tests.support.browser import TIMEOUT_MS, pay_in_browser
+from tests.support.browser import new_page, pay_in_browser
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 
@@ -20,12 +20,6 @@ pytestmark = pytest.mark.browser
 
 CARD = "4242424242424242"
 CHART_ARGS = {"values": [3, 1, 2], "labels": ["a", "b", "c"]}
-
-
-async def new_page(browser: Browser) -> Page:
-    page = await (await browser.new_context()).new_page()
-    page.set_default_timeout(TIMEOUT_MS)
-    return page
 
 
 async def paid_and_landed(page: Page, service: RunningService, url: str, username: str) -> None:

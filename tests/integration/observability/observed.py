@@ -12,13 +12,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
-from mcp import MCPError, UrlElicitationRequiredError
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.observability.logs import build_handler
 from tests.support.browserless import csrf_token, log_in_through_form
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import GOOD_CARD, checkout_session_id, pay_checkout_session
 from tests.support.service import DEFAULT_PASSWORD, RunningService
 
@@ -71,15 +69,6 @@ def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 
-async def call_expecting_32042(client: Any, tool: str, args: dict[str, object]) -> str:
-    """Call a paid tool unpaid; the payment URL of the -32042 error."""
-    with pytest.raises(MCPError) as raised:
-        await client.call_tool(tool, args)
-    assert raised.value.code == -32042
-    [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
-    return elicitation.url
-
-
 @dataclass
 class PaidFlow:
     """What a paid 2025-11-25 flow used, so tests can look for it in logs."""
@@ -97,7 +86,7 @@ async def paid_legacy_flow(service: RunningService, username: str) -> PaidFlow:
     token = (await service.personal_token(username)).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        url = await call_expecting_32042(client, "ascii_chart", CHART_ARGS)
+        url = (await call_expecting_32042(client, "ascii_chart", CHART_ARGS)).url
         during = await scrape(service.base_url)
         path = urlsplit(url).path
         async with service.http() as browser:

@@ -13,11 +13,10 @@ from service.paywall.models import Elicitation
 from stripe_sandbox import sign_webhook_payload
 from tests.integration.observability.observed import (
     CHART_ARGS,
-    call_expecting_32042,
     paid_legacy_flow,
     scrape,
 )
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import pay
 from tests.support.polling import until
 from tests.support.servers import bound_socket, port_of
@@ -126,14 +125,14 @@ async def expiry_is_counted_by_era(service: RunningService) -> None:
     await service.add_user("cy")
     token = (await service.personal_token("cy")).secret
     async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
-        first = await call_expecting_32042(client, "ascii_chart", CHART_ARGS)
+        first = (await call_expecting_32042(client, "ascii_chart", CHART_ARGS)).url
         async with service.runtime.sessions() as session, session.begin():
             await session.exec(
                 update(Elicitation)
                 .where(col(Elicitation.id) == first.rsplit("/", 1)[1])
                 .values(expires_at=utcnow() - timedelta(minutes=1))
             )
-        second = await call_expecting_32042(client, "ascii_chart", CHART_ARGS)
+        second = (await call_expecting_32042(client, "ascii_chart", CHART_ARGS)).url
     assert second != first
     samples = await scrape(service.base_url)
     assert samples.value("paywall_elicitations_expired_total", era=LEGACY, plan="pro") == 1

@@ -7,27 +7,14 @@ from collections.abc import AsyncIterator
 
 import mcp_types as t
 import pytest
-from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
 from service.paywall.models import Elicitation, ElicitationDelivery
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import open_checkout, pay
 from tests.support.service import RunningService, run_service
 
 CHART_ARGS = {"values": [3, 1, 2], "labels": ["a", "b", "c"]}
-
-
-async def call_expecting_32042(
-    client: object, tool: str, args: dict[str, object]
-) -> t.ElicitRequestURLParams:
-    with pytest.raises(MCPError) as raised:
-        await client.call_tool(tool, args)  # type: ignore[attr-defined]
-    assert raised.value.code == -32042
-    elicitations = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
-    assert len(elicitations) == 1
-    assert elicitations[0].mode == "url"
-    return elicitations[0]
 
 
 async def test_32042_then_payment_then_notification_then_retry(service: RunningService) -> None:

@@ -9,24 +9,21 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import httpx
-import pytest
-from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
 from service.billing.models import Subscription
+from service.identity.models import User
+from tests.support import factories
 from tests.support.browserless import csrf_token, log_in_through_form
-from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import checkout_session_id, pay_checkout_session
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 from tests.support.subscriptions import subscribe
 
 
-async def elicit(service: RunningService, username: str, tool: str, arguments: dict[str, object]) -> str:
-    token = (await service.personal_token(username)).secret
-    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
-        with pytest.raises(MCPError) as raised:
-            await client.call_tool(tool, arguments)
-    return UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0].url
+async def link_path(service: RunningService, username: str, tool: str) -> str:
+    """The path of the user's payment page for `tool`, as an unpaid call opens it."""
+    [user] = await service.rows(User, username=username)
+    return urlsplit(await factories.payment_link(service, user, tool=tool)).path
 
 
 async def press_pay(browser: httpx.AsyncClient, path: str) -> httpx.Response:
@@ -51,7 +48,7 @@ async def stop_webhooks(service: RunningService) -> None:
 
 async def test_pressing_pay_again_after_paying_waits_for_confirmation(service: RunningService) -> None:
     await service.add_user("pam")
-    path = urlsplit(await elicit(service, "pam", "ascii_chart", {"values": [1, 2]})).path
+    path = await link_path(service, "pam", "ascii_chart")
     async with service.http() as browser:
         await log_in_through_form(browser, f"/login?next={path}", "pam", DEFAULT_PASSWORD)
         first = await press_pay(browser, path)
@@ -68,7 +65,7 @@ async def test_pressing_pay_again_after_paying_waits_for_confirmation(service: R
 async def test_a_pro_subscriber_asking_for_team_is_sent_to_the_portal(service: RunningService) -> None:
     await subscribe(service, "tia")  # Pro, paid and confirmed
     assert len(await checkout_sessions(service)) == 1
-    path = urlsplit(await elicit(service, "tia", "password_audit", {"password": "x"})).path
+    path = await link_path(service, "tia", "password_audit")
     async with service.http() as browser:
         await log_in_through_form(browser, f"/login?next={path}", "tia", DEFAULT_PASSWORD)
         upgrade = await press_pay(browser, path)
@@ -82,7 +79,7 @@ async def test_a_pro_subscriber_asking_for_team_is_sent_to_the_portal(service: R
 async def test_a_flood_of_pay_presses_is_refused_before_stripe(database_url: str) -> None:
     async with run_service(database_url, max_pay_attempts_per_elicitation_per_hour=3) as service:
         await service.add_user("flo")
-        path = urlsplit(await elicit(service, "flo", "ascii_chart", {"values": [3]})).path
+        path = await link_path(service, "flo", "ascii_chart")
         async with service.http() as browser:
             await log_in_through_form(browser, f"/login?next={path}", "flo", DEFAULT_PASSWORD)
             page = await browser.get(path)
@@ -102,8 +99,8 @@ async def test_a_flood_of_pay_presses_is_refused_before_stripe(database_url: str
 async def test_presses_are_also_limited_per_user_across_elicitations(database_url: str) -> None:
     async with run_service(database_url, max_pay_attempts_per_user_per_hour=2) as service:
         await service.add_user("uli")
-        chart = urlsplit(await elicit(service, "uli", "ascii_chart", {"values": [3]})).path
-        audit = urlsplit(await elicit(service, "uli", "password_audit", {"password": "x"})).path
+        chart = await link_path(service, "uli", "ascii_chart")
+        audit = await link_path(service, "uli", "password_audit")
         async with service.http() as browser:
             await log_in_through_form(browser, f"/login?next={chart}", "uli", DEFAULT_PASSWORD)
             assert (await press_pay(browser, chart)).status_code == 303

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -11,7 +12,9 @@ from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
+from service.identity.models import User
 from service.paywall.models import Elicitation, ElicitationDelivery
+from tests.support import factories
 from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import checkout_session_id, open_checkout, pay
@@ -20,13 +23,9 @@ from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 CHART_ARGS = {"values": [1, 2, 3]}
 
 
-async def elicit(service: RunningService, username: str, tool: str = "ascii_chart") -> str:
-    await service.add_user(username)
-    token = (await service.personal_token(username)).secret
-    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
-        with pytest.raises(MCPError) as raised:
-            await client.call_tool(tool, CHART_ARGS)
-    return UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0].url
+async def elicit(service: RunningService, username: str, **kwargs: Any) -> str:
+    """A new user's payment link, as their first paid call opens it (kwargs: `factories.elicitation`)."""
+    return await factories.payment_link(service, await service.add_user(username), **kwargs)
 
 
 async def test_signed_out_visitors_are_sent_to_login_and_back(service: RunningService) -> None:
@@ -77,7 +76,7 @@ async def test_expired_link_offers_a_fresh_start(service: RunningService) -> Non
 
 
 async def test_expired_link_page_starts_again_for_the_same_sessions(service: RunningService) -> None:
-    url = await elicit(service, "cal")
+    url = await elicit(service, "cal", mcp_session_id="session-of-cal")
     old_id = url.rsplit("/", 1)[1]
     async with service.runtime.sessions() as session, session.begin():
         row = await session.get(Elicitation, old_id)
@@ -162,11 +161,8 @@ async def test_elicitation_rate_limit_is_a_clear_tool_error(strict_service: Runn
 async def test_checkout_rate_limit_is_a_429_with_retry_after(database_url: str) -> None:
     async with run_service(database_url, max_checkouts_per_hour=1) as service:
         pro_url = await elicit(service, "hal")
-        token = (await service.personal_token("hal")).secret
-        async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
-            with pytest.raises(MCPError) as raised:
-                await client.call_tool("password_audit", {"password": "x"})
-        team_url = UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0].url
+        [hal] = await service.rows(User, username="hal")
+        team_url = await factories.payment_link(service, hal, tool="password_audit")
         assert team_url != pro_url
         assert (await open_checkout(service, pro_url, "hal")).status_code == 303
         limited = await open_checkout(service, team_url, "hal")

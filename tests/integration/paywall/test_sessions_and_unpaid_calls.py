@@ -18,8 +18,8 @@ from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
 from service.paywall.elicitations import prune_deliveries
 from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
-from tests.integration.paywall.test_legacy_flow import CHART_ARGS, call_expecting_32042
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.integration.paywall.test_legacy_flow import CHART_ARGS
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.mcp_http import ACCEPT, INITIALIZE
 from tests.support.service import RunningService, run_service
 

@@ -9,14 +9,13 @@ from contextlib import asynccontextmanager
 import mcp_types as t
 import psycopg
 import pytest
-from mcp import MCPError, UrlElicitationRequiredError
 from sqlmodel import select
 
 from service.audit.models import AuditEvent
 from service.billing.models import StripeEvent, Subscription
 from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import pay
 from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, cheap_password_hashing
@@ -50,17 +49,11 @@ async def rows(cluster: Cluster, model: type) -> list:  # type: ignore[type-arg]
         await engine.dispose()
 
 
-async def elicit(client: object) -> t.ElicitRequestURLParams:
-    with pytest.raises(MCPError) as raised:
-        await client.call_tool("ascii_chart", ARGS)  # type: ignore[attr-defined]
-    return UrlElicitationRequiredError.from_error(raised.value.error).elicitations[0]
-
-
 async def test_webhook_on_b_notifies_the_session_on_a(cluster: Cluster) -> None:
     token = await user_with_token(cluster, "ann")
     probe = ClientProbe()
     async with probed_client(cluster.a.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicit(client)
+        elicitation = await call_expecting_32042(client, "ascii_chart", ARGS)
         await pay(cluster.a, elicitation.url, "ann")
         assert await probe.wait_for_completion() == elicitation.elicitation_id
         result = await client.call_tool("ascii_chart", ARGS)
@@ -120,7 +113,7 @@ async def test_b_killed_mid_webhook_then_stripes_retry_applies_it_once(cluster: 
     token = await user_with_token(cluster, "cat")
     probe = ClientProbe()
     async with probed_client(cluster.a.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicit(client)
+        elicitation = await call_expecting_32042(client, "ascii_chart", ARGS)
         async with stripe_event_table_locked(cluster) as locked:
             await pay(cluster.a, elicitation.url, "cat")
             await wait_for_lock_waiter(locked)
@@ -140,11 +133,11 @@ async def test_b_killed_mid_webhook_then_stripes_retry_applies_it_once(cluster: 
 async def test_after_a_dies_its_client_reconnects_to_c_and_pays_there(cluster: Cluster) -> None:
     token = await user_with_token(cluster, "dot")
     async with probed_client(cluster.a.mcp_url, token, ClientProbe(), mode="legacy") as client:
-        first = await elicit(client)
+        first = await call_expecting_32042(client, "ascii_chart", ARGS)
         await cluster.a.kill()
     probe = ClientProbe()
     async with probed_client(cluster.c.mcp_url, token, probe, mode="legacy") as client:
-        again = await elicit(client)
+        again = await call_expecting_32042(client, "ascii_chart", ARGS)
         assert again.elicitation_id == first.elicitation_id, "the open elicitation survives its replica"
         await pay(cluster.c, again.url.replace(cluster.a.base_url, cluster.c.base_url), "dot")
         assert await probe.wait_for_completion() == again.elicitation_id
@@ -175,6 +168,6 @@ async def test_without_notify_the_sweep_still_delivers(cluster: Cluster) -> None
     token = await user_with_token(cluster, "fin")
     probe = ClientProbe()
     async with probed_client(cluster.a.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicit(client)
+        elicitation = await call_expecting_32042(client, "ascii_chart", ARGS)
         await pay(cluster.a, elicitation.url, "fin")
         assert await probe.wait_for_completion() == elicitation.elicitation_id

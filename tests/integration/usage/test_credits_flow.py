@@ -9,13 +9,13 @@ from pathlib import Path
 
 import mcp_types as t
 import pytest
-from mcp import MCPError, UrlElicitationRequiredError
+from mcp import MCPError
 
 from service.billing.usage_models import CreditBalance, CreditEntry, UsageRecord
 from service.paywall.models import Elicitation
 from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.databases import DatabaseTemplates
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import buy_credits
 from tests.support.servers import bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings, run_service, run_service_on
@@ -59,14 +59,6 @@ currency = "usd"
 """
 
 
-async def elicited(client: object, tool: str = "sql_explain") -> t.ElicitRequestURLParams:
-    with pytest.raises(MCPError) as raised:
-        await client.call_tool(tool, QUERY)  # type: ignore[attr-defined]
-    assert raised.value.code == -32042
-    [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
-    return elicitation
-
-
 async def test_buy_the_pack_through_the_elicitation_spend_it_to_zero_then_asked_again(
     service: RunningService,
 ) -> None:
@@ -74,7 +66,7 @@ async def test_buy_the_pack_through_the_elicitation_spend_it_to_zero_then_asked_
     token = (await service.personal_token("ada")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         assert "100 calls for 5.00 USD once" in elicitation.message
 
         checkout_id = await buy_credits(service, elicitation.url, "ada", "calls_100")
@@ -83,7 +75,7 @@ async def test_buy_the_pack_through_the_elicitation_spend_it_to_zero_then_asked_
         for _ in range(100):
             result = await client.call_tool("sql_explain", QUERY)
             assert not result.is_error, result
-        again = await elicited(client)
+        again = await call_expecting_32042(client, "sql_explain", QUERY)
         assert again.elicitation_id != elicitation.elicitation_id, "the paid elicitation is not reused"
 
     [balance] = await service.rows(CreditBalance)
@@ -147,7 +139,7 @@ async def test_100_parallel_calls_with_50_credits_run_exactly_50(racing_service:
     token = (await service.personal_token("ray")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         await buy_credits(service, elicitation.url, "ray", "calls_50")
         await probe.wait_for_completion()
 
@@ -180,7 +172,7 @@ async def test_a_refund_or_dispute_takes_back_the_unspent_credits(
     token = (await service.personal_token("ivy")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         checkout_id = await buy_credits(service, elicitation.url, "ivy", "calls_3")
         await probe.wait_for_completion()
         assert not (await client.call_tool("sql_explain", QUERY)).is_error
@@ -199,7 +191,7 @@ async def test_a_refund_or_dispute_takes_back_the_unspent_credits(
         await service.sandbox.deliver_pending(within=10)
 
         assert await balance_of(service) == 0, "the two unspent credits are taken back"
-        await elicited(client)
+        await call_expecting_32042(client, "sql_explain", QUERY)
     [taken] = await service.rows(CreditEntry, reason="reversal")
     assert taken.delta == -2 and taken.payment_intent_id == payment_intent
 
@@ -229,7 +221,7 @@ async def test_reconciliation_grants_credits_whose_webhook_was_missed(
         token = (await service.personal_token("max")).secret
         probe = ClientProbe()
         async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-            elicitation = await elicited(client)
+            elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
             await buy_credits(service, elicitation.url, "max", "calls_3")
             assert await service.rows(CreditBalance) == [], "no webhook arrived"
 
@@ -250,7 +242,7 @@ async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_la
         await service.add_user("nia")
         token = (await service.personal_token("nia")).secret
         async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
-            elicitation = await elicited(client)
+            elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
             checkout_id = await buy_credits(service, elicitation.url, "nia", "calls_3")
             checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
             await service.stripe.v1.refunds.create_async(
@@ -259,7 +251,7 @@ async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_la
 
             await service.runtime.reconciler.run()  # the purchase is applied only now, refund and all
             assert await balance_of(service) == 0
-            await elicited(client)
+            await call_expecting_32042(client, "sql_explain", QUERY)
         reasons = sorted(entry.reason for entry in await service.rows(CreditEntry))
         assert reasons == ["purchase", "reversal"]
 

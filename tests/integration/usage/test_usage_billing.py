@@ -7,9 +7,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
-import mcp_types as t
 import pytest
-from mcp import MCPError, UrlElicitationRequiredError
 from sqlalchemy import update
 
 from service.billing.models import StripeCustomer, Subscription
@@ -19,10 +17,11 @@ from service.billing.usage_reporter import UsageReporter
 from service.db.metadata import utcnow
 from tests.support.browserless import log_in_through_form
 from tests.support.cli import run_cli
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import buy_credits, pay, pay_for_plan
 from tests.support.servers import bound_socket, port_of
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
+from tests.support.subscriptions import advance
 
 MONTH = 31 * 86400
 QUERY = {"query": "select 1"}
@@ -97,22 +96,9 @@ def reporter(service: RunningService, holder: str = "test") -> UsageReporter:
     return UsageReporter(runtime.sessions, runtime.stripe, runtime.catalog, holder=holder)
 
 
-async def elicited(client: object, tool: str = "sql_explain") -> t.ElicitRequestURLParams:
-    with pytest.raises(MCPError) as raised:
-        await client.call_tool(tool, QUERY if tool == "sql_explain" else CHART)  # type: ignore[attr-defined]
-    assert raised.value.code == -32042
-    [elicitation] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
-    return elicitation
-
-
 async def ran(client: object, tool: str = "sql_explain") -> None:
     result = await client.call_tool(tool, QUERY if tool == "sql_explain" else CHART)  # type: ignore[attr-defined]
     assert not result.is_error, result
-
-
-async def advance(service: RunningService, seconds: int) -> None:
-    await service.stripe.raw_request_async("post", "/v1/test_helpers/sandbox/advance", seconds=seconds)
-    await service.sandbox.deliver_pending(within=15)
 
 
 async def test_past_the_included_calls_block_offers_upgrade_and_credits(service: RunningService) -> None:
@@ -120,12 +106,12 @@ async def test_past_the_included_calls_block_offers_upgrade_and_credits(service:
     token = (await service.personal_token("ada")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        first = await elicited(client)
+        first = await call_expecting_32042(client, "sql_explain", QUERY)
         await pay(service, first.url, "ada")
         await probe.wait_for_completion()
         for _ in range(3):
             await ran(client)
-        exhausted = await elicited(client, "ascii_chart")
+        exhausted = await call_expecting_32042(client, "ascii_chart", CHART)
         assert "Team" in exhausted.message, "past the quota, the plan offered is one the user lacks"
 
         async with service.http() as browser:
@@ -163,7 +149,7 @@ async def test_pay_as_you_go_calls_are_reported_once_and_invoiced_at_period_end(
     token = (await service.personal_token("bea")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         await pay_for_plan(service, elicitation.url, "bea", "payg")
         await probe.wait_for_completion()
         [subscription] = await service.rows(Subscription)
@@ -202,7 +188,7 @@ async def test_a_crash_between_sending_and_recording_reports_each_call_once(serv
     token = (await service.personal_token("cy")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         await pay_for_plan(service, elicitation.url, "cy", "payg")
         await probe.wait_for_completion()
         for _ in range(4):
@@ -229,7 +215,7 @@ async def test_a_meter_event_stripe_did_not_take_is_retried_after_a_backoff(serv
     token = (await service.personal_token("dee")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         await pay_for_plan(service, elicitation.url, "dee", "payg")
         await probe.wait_for_completion()
         await ran(client)
@@ -260,7 +246,7 @@ async def test_report_usage_command_sends_and_compares(service: RunningService) 
     token = (await service.personal_token("eli")).secret
     probe = ClientProbe()
     async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await elicited(client)
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         await pay_for_plan(service, elicitation.url, "eli", "payg")
         await probe.wait_for_completion()
         await ran(client)

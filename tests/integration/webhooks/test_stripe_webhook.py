@@ -8,14 +8,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from mcp import MCPError, UrlElicitationRequiredError
 
 from service.audit.models import AuditEvent
 from service.billing.events import EntitlementChanged
 from service.billing.models import StripeCustomer, StripeEvent, Subscription
 from service.paywall.models import Elicitation
 from stripe_sandbox import sign_webhook_payload
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support import factories
 from tests.support.payment import open_checkout, pay, pay_checkout_session
 from tests.support.service import RunningService, run_service
 from tests.support.subscriptions import can_use_paid_tool
@@ -136,14 +135,8 @@ async def test_rotated_secrets_all_verify(database_url: str) -> None:
 
 
 async def start_elicitation(service: RunningService, username: str) -> str:
-    await service.add_user(username)
-    token = (await service.personal_token(username)).secret
-    async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
-        try:
-            await client.call_tool("ascii_chart", CHART_ARGS)
-        except MCPError as exc:
-            return UrlElicitationRequiredError.from_error(exc.error).elicitations[0].url
-    raise AssertionError("expected a URL elicitation")
+    """A new user's payment link, as their first unpaid call of the paid tool opens it."""
+    return await factories.payment_link(service, await service.add_user(username))
 
 
 async def test_signed_but_inconsistent_checkout_grants_nothing(service: RunningService) -> None:

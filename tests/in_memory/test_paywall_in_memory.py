@@ -1,0 +1,130 @@
+"""The paywall through the SDK's in-memory client: free tools, URL elicitations, plans and credits."""
+
+from __future__ import annotations
+
+import mcp_types as t
+import pytest
+from mcp import MCPError, UrlElicitationRequiredError
+
+from service.billing.usage_models import CreditEntry
+from service.paywall.models import Elicitation
+from tests.support import factories
+from tests.support.in_memory import InMemoryService
+from tests.support.mcp_clients import ClientProbe
+
+CHART = "ascii_chart"
+CHART_ARGS = {"values": [3, 1, 2], "labels": ["a", "b", "c"]}
+MODERN = "2026-07-28"
+
+
+def text_of(result: t.CallToolResult) -> str:
+    [content] = result.content
+    assert isinstance(content, t.TextContent)
+    return content.text
+
+
+async def test_a_free_tool_runs_for_the_injected_caller(memory: InMemoryService) -> None:
+    ada = await memory.add_user("ada")
+    async with memory.client(ada, mode="legacy") as client:
+        result = await client.call_tool("whoami", {})
+    assert not result.is_error, result
+    assert result.structured_content is not None
+    assert result.structured_content["user_id"] == ada.id
+    assert result.structured_content["username"] == "ada"
+
+
+async def test_without_a_plan_a_handshake_client_gets_32042_with_a_payment_link(
+    memory: InMemoryService,
+) -> None:
+    bea = await memory.add_user("bea")
+    probe = ClientProbe()  # its elicitation callback declares URL-mode support
+    async with memory.client(bea, mode="legacy", elicitation_callback=probe.elicitation_callback) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool(CHART, CHART_ARGS)
+    assert raised.value.code == -32042
+    assert probe.url_requests == [], "the -32042 style sends no elicitation/create"
+    [link] = UrlElicitationRequiredError.from_error(raised.value.error).elicitations
+    [row] = await memory.rows(Elicitation, user_id=bea.id)
+    assert link.elicitation_id == row.id and row.tool_name == CHART and row.plan_id == "pro"
+    assert link.url == factories.payment_url(memory, row)
+    assert "Pro" in link.message
+
+
+async def test_a_handshake_client_without_url_elicitation_gets_the_link_as_a_tool_error(
+    memory: InMemoryService,
+) -> None:
+    bo = await memory.add_user("bo")
+    async with memory.client(bo, mode="legacy") as client:
+        result = await client.call_tool(CHART, CHART_ARGS)
+    [row] = await memory.rows(Elicitation, user_id=bo.id)
+    assert result.is_error and factories.payment_url(memory, row) in text_of(result)
+
+
+async def test_without_a_plan_a_modern_client_is_asked_to_pay_and_declining_runs_nothing(
+    memory: InMemoryService,
+) -> None:
+    cy = await memory.add_user("cy")
+    asked: list[t.ElicitRequestURLParams] = []
+
+    async def decline(_: object, params: t.ElicitRequestParams) -> t.ElicitResult:
+        assert isinstance(params, t.ElicitRequestURLParams)
+        asked.append(params)
+        return t.ElicitResult(action="decline")
+
+    async with memory.client(cy, mode=MODERN, elicitation_callback=decline) as client:
+        result = await client.call_tool(CHART, CHART_ARGS)
+    assert result.is_error and "declined" in text_of(result)
+    [row] = await memory.rows(Elicitation, user_id=cy.id)
+    assert [params.url for params in asked] == [factories.payment_url(memory, row)]
+
+
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_with_a_plan_the_paid_tool_runs(memory: InMemoryService, mode: str) -> None:
+    dee = await memory.add_user("dee")
+    await factories.subscription(memory, dee, plan_id="pro")
+    async with memory.client(dee, mode=mode) as client:
+        result = await client.call_tool(CHART, CHART_ARGS)
+        status = await client.call_tool("billing_status", {})
+    assert not result.is_error, result
+    assert "a | " in text_of(result)
+    assert status.structured_content is not None
+    [pro] = status.structured_content["subscriptions"]
+    assert pro["plan"] == "pro" and pro["has_access"] and pro["calls_used"] == 1
+    assert await memory.rows(Elicitation, user_id=dee.id) == []
+
+
+async def test_a_plan_that_does_not_unlock_the_tool_still_asks(memory: InMemoryService) -> None:
+    eve = await memory.add_user("eve")
+    await factories.subscription(memory, eve, plan_id="pro")
+    probe = ClientProbe()
+    async with memory.client(eve, mode="legacy", elicitation_callback=probe.elicitation_callback) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("password_audit", {"password": "hunter2"})
+    assert raised.value.code == -32042
+    [row] = await memory.rows(Elicitation, user_id=eve.id)
+    assert row.plan_id == "team"
+
+
+async def test_credits_pay_one_call_each(memory: InMemoryService) -> None:
+    fay = await memory.add_user("fay")
+    granted = await factories.credits(memory, fay)
+    async with memory.client(fay, mode="legacy") as client:
+        result = await client.call_tool(CHART, CHART_ARGS)
+        status = await client.call_tool("billing_status", {})
+    assert not result.is_error, result
+    assert status.structured_content is not None
+    assert status.structured_content["credits"] == granted - 1
+    spent = [entry for entry in await memory.rows(CreditEntry, user_id=fay.id) if entry.delta < 0]
+    assert [entry.delta for entry in spent] == [-1]
+
+
+async def test_pay_as_you_go_meters_each_call(memory: InMemoryService) -> None:
+    gus = await memory.add_user("gus")
+    await factories.subscription(memory, gus, plan_id="payg")
+    async with memory.client(gus, mode="legacy") as client:
+        for _ in range(2):
+            assert not (await client.call_tool(CHART, CHART_ARGS)).is_error
+        status = await client.call_tool("billing_status", {})
+    assert status.structured_content is not None
+    [payg] = status.structured_content["subscriptions"]
+    assert payg["metered_calls"] == 2
