@@ -80,7 +80,7 @@ from service.webhooks.wiring import build_stripe_sync
 async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown."""
     catalog = PlanCatalog.load(settings.plans_file)
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
@@ -170,6 +170,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
         known_links,
         metrics,
     )
+    stack.callback(paywall.close)
     stripe_sync = build_stripe_sync(settings, catalog, tool_index, sessions, gateway, bus, metrics)
     watch_resources(metrics, engine, pool_limits(settings.database_url), bus, stripe_sync.processor)
     await stack.enter_async_context(

@@ -16,11 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.plans import PlanCatalog
 from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
-from service.db.engine import SessionFactory
+from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
+from service.db.engine import SessionFactory, open_sqlite_connection, sqlite_file
 from service.paywall.entitlements import Entitlements
 from service.webhooks.group_commit import GroupCommit
 
@@ -70,13 +72,29 @@ class _Attempt:
 class Admission:
     """Decisions that write go through a group commit: calls decided while a transaction commits
     share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
-    commit each. A lone call takes a transaction of its own, without savepoints."""
+    commit each. A lone call takes a transaction of its own, without savepoints. On an SQLite file
+    a batch is decided in place by `SqliteDecisions` while this process's one pooled connection is
+    held, and through the async engine only when another process holds the write lock."""
 
     def __init__(self, sessions: SessionFactory, catalog: PlanCatalog, entitlements: Entitlements) -> None:
         self._sessions = sessions
         self._catalog = catalog
         self._entitlements = entitlements
         self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
+        self._engine = sessions().bind
+        self._sqlite: SqliteDecisions | None = None
+        if isinstance(self._engine, AsyncEngine) and sqlite_file(self._engine) is not None:
+            engine = self._engine
+            self._sqlite = SqliteDecisions(
+                lambda: open_sqlite_connection(engine),
+                catalog.get,
+                catalog.metered_price,
+                grace=entitlements.grace,
+            )
+
+    def close(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
 
     async def admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
         entitled = await self._entitlements.plans_of(call.user_id, fresh=fresh) & plan_ids
@@ -94,6 +112,18 @@ class Admission:
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
 
     async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
+        if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
+            # Holding the pool's one connection: no transaction of this process is open meanwhile.
+            async with self._engine.connect():
+                try:
+                    return self._sqlite.decide(
+                        [SqliteAttempt(attempt.call, attempt.counted_plan_ids) for attempt in attempts]
+                    )
+                except Busy:
+                    logger.info(
+                        "SQLite write lock held elsewhere; deciding %d paid calls through the pool",
+                        len(attempts),
+                    )
         if len(attempts) == 1:
             return [await self._decide_alone(attempts[0])]
         try:
