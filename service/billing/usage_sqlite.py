@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from service.billing.models import Subscription
 from service.billing.plans import MeteredPrice, Plan
@@ -48,6 +49,7 @@ class SqliteAttempt:
     counted_plan_ids: tuple[str, ...]  # the user's plans for the tool that count calls
 
 
+Decided = TypeVar("Decided")
 PlanLookup = Callable[[str], Plan | None]
 MeteredLookup = Callable[[str], MeteredPrice | None]
 
@@ -114,9 +116,9 @@ class SqliteDecisions:
         the batch fails as a whole, each decision alone, so only the failing one fails."""
         db = self._db()
         if len(attempts) == 1:
-            return [self._transaction(db, attempts)[0]]
+            return [self._alone(db, attempts[0])]
         try:
-            return list(self._transaction(db, attempts))
+            return list(self._transaction(db, lambda: self._decide_all(db, attempts)))
         except Busy:
             raise
         except Exception:
@@ -125,7 +127,7 @@ class SqliteDecisions:
         results: list[bool | Exception] = []
         for attempt in attempts:
             try:
-                results.append(self._transaction(db, [attempt])[0])
+                results.append(self._alone(db, attempt))
             except Busy:
                 raise  # the caller decides them all again (those committed pass as retries)
             except Exception as exc:
@@ -137,7 +139,23 @@ class SqliteDecisions:
             self._connection = self._connect()
         return self._connection
 
-    def _transaction(self, db: sqlite3.Connection, attempts: Sequence[SqliteAttempt]) -> list[bool]:
+    def _alone(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> bool:
+        """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
+        if attempt.counted_plan_ids:
+            try:
+                if self._transaction(db, lambda: self._plan_call(db, attempt)):
+                    return True
+            except Refused:
+                pass
+        try:
+            return self._transaction(db, lambda: self._spend_credit(db, attempt))
+        except Refused:
+            return False
+
+    @staticmethod
+    def _transaction(db: sqlite3.Connection, decide: Callable[[], Decided]) -> Decided:
+        """`decide` in a transaction that takes the write lock at once, or `Busy`; rolled back
+        when `decide` raises."""
         try:
             db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
@@ -145,13 +163,13 @@ class SqliteDecisions:
                 raise Busy from exc
             raise
         try:
-            results = self._decide_all(db, attempts)
+            decided = decide()
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return results
+        return decided
 
     def _decide_all(self, db: sqlite3.Connection, attempts: Sequence[SqliteAttempt]) -> list[bool]:
         order = sorted(range(len(attempts)), key=lambda index: (attempts[index].call.user_id, index))
@@ -213,6 +231,8 @@ class SqliteDecisions:
         return str(row[0]) if row is not None else None
 
     def _spend_credit(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> bool:
+        """The statements of `usage.spend_credit`: the usage row, the conditional decrement, the
+        ledger entry."""
         call = attempt.call
         usage_id = self._claim(db, call, FUNDED_BY_CREDIT)
         if usage_id is None:

@@ -91,6 +91,16 @@ def open_sqlite_connection(engine: AsyncEngine) -> sqlite3.Connection:
     return connection
 
 
+def _sqlite_reset(_dbapi_connection: Any, record: Any, state: Any) -> None:
+    """Roll back a connection returned to the pool only when SQLite says a transaction is open: the
+    default rollback is a trip to the driver's thread, also after a checkout that ran nothing."""
+    if state.transaction_was_reset or not state.asyncio_safe:
+        return
+    driver = record.driver_connection
+    if driver is None or driver.in_transaction:
+        record.dbapi_connection.rollback()
+
+
 def _sqlite_begin_immediate(connection: Any) -> None:
     """Take the write lock at BEGIN: two deferred transactions that both read and then write can
     deadlock, and SQLite answers one of them 'database is locked' at once instead of waiting."""
@@ -142,7 +152,9 @@ def create_engine(
             echo=echo,
             pool_size=SQLITE_POOL.size,
             max_overflow=SQLITE_POOL.max_overflow,
+            pool_reset_on_return=None,
         )
+        event.listen(engine.sync_engine.pool, "reset", _sqlite_reset)
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas(sqlite_synchronous))
         _sqlite_synchronous[engine.sync_engine] = sqlite_synchronous
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
