@@ -22,7 +22,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.billing.plans import PlanCatalog
 from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
-from service.db.engine import SessionFactory, open_sqlite_connection, sqlite_file
+from service.db.engine import SessionFactory, checked_out_connections, open_sqlite_connection, sqlite_file
 from service.paywall.entitlements import Entitlements
 from service.webhooks.group_commit import GroupCommit
 
@@ -113,17 +113,9 @@ class Admission:
 
     async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
         if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
-            # Holding the pool's one connection: no transaction of this process is open meanwhile.
-            async with self._engine.connect():
-                try:
-                    return self._sqlite.decide(
-                        [SqliteAttempt(attempt.call, attempt.counted_plan_ids) for attempt in attempts]
-                    )
-                except Busy:
-                    logger.info(
-                        "SQLite write lock held elsewhere; deciding %d paid calls through the pool",
-                        len(attempts),
-                    )
+            decided = await self._decide_in_place(self._sqlite, self._engine, attempts)
+            if decided is not None:
+                return decided
         if len(attempts) == 1:
             return [await self._decide_alone(attempts[0])]
         try:
@@ -163,6 +155,24 @@ class Admission:
                 except Refused:
                     pass
         return results
+
+    async def _decide_in_place(
+        self, sqlite: SqliteDecisions, engine: AsyncEngine, attempts: Sequence[_Attempt]
+    ) -> list[bool | Exception] | None:
+        """The batch decided by `SqliteDecisions` while no transaction of this process is open: the
+        pool's one connection is idle (nothing can take it while the decision runs without
+        yielding) or held here; None when another process holds the write lock."""
+        batch = [SqliteAttempt(attempt.call, attempt.counted_plan_ids) for attempt in attempts]
+        try:
+            if checked_out_connections(engine) == 0:
+                return sqlite.decide(batch)
+            async with engine.connect():
+                return sqlite.decide(batch)
+        except Busy:
+            logger.info(
+                "SQLite write lock held elsewhere; deciding %d paid calls through the pool", len(batch)
+            )
+            return None
 
     async def _decide_alone(self, attempt: _Attempt) -> bool:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
