@@ -47,6 +47,7 @@ class Busy(Exception):
 class SqliteAttempt:
     call: PaidCall
     counted_plan_ids: tuple[str, ...]  # the user's plans for the tool that count calls
+    subscription: Subscription | None = None  # one of them, cached; None: read it here
 
 
 Decided = TypeVar("Decided")
@@ -271,7 +272,9 @@ class SqliteDecisions:
         """Count (or meter) the call under the user's subscription to one of its counting plans;
         False when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
         call = attempt.call
-        subscription = self._entitling_subscription(db, call, attempt.counted_plan_ids)
+        subscription = attempt.subscription or self._entitling_subscription(
+            db, call, attempt.counted_plan_ids
+        )
         plan = self._plan_of(subscription.plan_id) if subscription is not None else None
         if subscription is None or plan is None:
             return False

@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.billing.models import Subscription
 from service.billing.plans import PlanCatalog
 from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
@@ -67,6 +68,8 @@ ALLOWED = Verdict(allowed=True)
 class _Attempt:
     call: PaidCall
     counted_plan_ids: tuple[str, ...]  # the user's plans for the tool that count calls
+    # The subscription to one of them from the entitlement cache; None: read it in the decision.
+    subscription: Subscription | None = None
 
 
 class Admission:
@@ -106,7 +109,10 @@ class Admission:
             counted.append(plan_id)
         if not counted and not fresh and self._entitlements.known_without_credits(call.user_id):
             return Verdict(allowed=False)
-        if await self._commits.submit(_Attempt(call, tuple(counted))):
+        subscription = (
+            None if fresh or not counted else self._entitlements.cached_subscription(call.user_id, counted)
+        )
+        if await self._commits.submit(_Attempt(call, tuple(counted), subscription)):
             return ALLOWED
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
@@ -162,7 +168,10 @@ class Admission:
         """The batch decided by `SqliteDecisions` while no transaction of this process is open: the
         pool's one connection is idle (nothing can take it while the decision runs without
         yielding) or held here; None when another process holds the write lock."""
-        batch = [SqliteAttempt(attempt.call, attempt.counted_plan_ids) for attempt in attempts]
+        batch = [
+            SqliteAttempt(attempt.call, attempt.counted_plan_ids, attempt.subscription)
+            for attempt in attempts
+        ]
         try:
             if checked_out_connections(engine) == 0:
                 return sqlite.decide(batch)
@@ -194,7 +203,7 @@ class Admission:
         """Count (or meter) the call under the user's subscription to one of its counting plans;
         False when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
         call = attempt.call
-        subscription = await entitling_subscription(
+        subscription = attempt.subscription or await entitling_subscription(
             session, call.user_id, attempt.counted_plan_ids, grace=self._entitlements.grace
         )
         plan = self._catalog.get(subscription.plan_id) if subscription is not None else None

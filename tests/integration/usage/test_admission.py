@@ -28,6 +28,7 @@ from service.billing.usage_models import UsageRecord
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.paywall.admission import Admission
+from service.paywall.bus import EntitlementChanged
 from service.paywall.entitlements import Entitlements
 from tests.integration.usage.conftest import Ledger
 from tests.support.polling import until
@@ -240,3 +241,44 @@ async def test_with_the_write_lock_held_elsewhere_calls_wait_through_the_pool(
         holder.close()
         admission.close()
     assert await balance(ledger, ledger.user_id) == (49, 49)
+
+
+async def test_a_renewal_counts_in_the_new_period_though_the_cache_holds_the_old_one(ledger: Ledger) -> None:
+    """The cached subscription spares a read only while its period runs: once it has ended, the
+    decision reads the renewed period (applied on another replica, no bus message here)."""
+    subscription = await subscribe(ledger, PRO)
+    async with ledger.sessions() as session, session.begin():
+        row = await session.get(Subscription, subscription.id)
+        assert row is not None
+        row.current_period_end = utcnow() - timedelta(minutes=1)
+    admission, entitlements = admission_for(ledger)
+    assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
+    try:
+        ended = await admit_all(admission, calls_of(ledger.user_id, [f"old-{n}" for n in range(6)]))
+        assert ended == [True] * 5 + [False], "the ended period's included calls, then blocked"
+        async with ledger.sessions() as session, session.begin():
+            row = await session.get(Subscription, subscription.id)
+            assert row is not None
+            row.current_period_end = utcnow() + timedelta(days=30)
+        renewed = await admit_all(admission, calls_of(ledger.user_id, ["new-1"]))
+    finally:
+        admission.close()
+    assert renewed == [True]
+
+
+async def test_an_entitlement_change_drops_the_cached_subscription(ledger: Ledger) -> None:
+    subscription = await subscribe(ledger, PRO)
+    admission, entitlements = admission_for(ledger)
+    assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
+    try:
+        assert await admit_all(admission, calls_of(ledger.user_id, [f"a-{n}" for n in range(6)])) == [
+            True
+        ] * 5 + [False]
+        async with ledger.sessions() as session, session.begin():
+            row = await session.get(Subscription, subscription.id)
+            assert row is not None
+            row.current_period_end = utcnow() + timedelta(days=60)
+        await entitlements.on_change(EntitlementChanged(user_id=ledger.user_id))
+        assert await admit_all(admission, calls_of(ledger.user_id, ["b-1"])) == [True]
+    finally:
+        admission.close()
