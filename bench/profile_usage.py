@@ -120,15 +120,17 @@ async def _run(options: argparse.Namespace) -> None:
                 cProfile.Profile() if options.profile and concurrency == 1 and name == "credits" else None
             )
             started = time.perf_counter()
+            cpu_started = time.process_time()
             if profiler is not None:
                 profiler.enable()
             await asyncio.gather(*(worker(start) for start in range(concurrency)))
             if profiler is not None:
                 profiler.disable()
             elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
             per_call = ", ".join(f"{kind} {count / calls:.2f}" for kind, count in sorted(statements.items()))
             print(
-                f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call  "
+                f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call ({cpu / calls * 1e6:5.0f} us CPU)  "
                 f"{hops.count / calls:6.2f} driver hops/call  statements/call: {per_call}",
                 flush=True,
             )
