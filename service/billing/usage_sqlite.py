@@ -102,15 +102,15 @@ class SqliteDecisions:
         grace: timedelta,
     ) -> None:
         self._connect = connect
-        self._connection: sqlite3.Connection | None = None
+        self._db_connection: sqlite3.Connection | None = None
         self._plan_of = plan_of
         self._metered_price_of = metered_price_of
         self._grace = grace
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        if self._db_connection is not None:
+            self._db_connection.close()
+            self._db_connection = None
 
     def decide(self, attempts: Sequence[SqliteAttempt]) -> list[bool | Exception]:
         """One transaction for the batch, each decision in a savepoint, users in one order; when
@@ -136,9 +136,9 @@ class SqliteDecisions:
         return results
 
     def _db(self) -> sqlite3.Connection:
-        if self._connection is None:
-            self._connection = self._connect()
-        return self._connection
+        if self._db_connection is None:
+            self._db_connection = self._connect()
+        return self._db_connection
 
     def _alone(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> bool:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
