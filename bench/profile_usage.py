@@ -130,7 +130,8 @@ async def _run(options: argparse.Namespace) -> None:
             cpu = time.process_time() - cpu_started
             per_call = ", ".join(f"{kind} {count / calls:.2f}" for kind, count in sorted(statements.items()))
             print(
-                f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call ({cpu / calls * 1e6:5.0f} us CPU)  "
+                f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call "
+                f"({cpu / calls * 1e6:5.0f} us CPU)  "
                 f"{hops.count / calls:6.2f} driver hops/call  statements/call: {per_call}",
                 flush=True,
             )
