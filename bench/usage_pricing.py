@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs, seed
+from bench.cli import PRODUCTION_LOGGING
 from bench.interleaved import cycle_count, slice_seconds
 from bench.report import fmt, median, ratio_of, ratio_spread
 from service.billing.models import StripeCustomer, Subscription
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         default=60.0,
         help="USAGE_REPORT_INTERVAL_SECONDS of the server (0: off)",
     )
+    parser.add_argument(
+        "--quiet-logs", action="store_true", help="log at WARNING (no access lines): not as deployed"
+    )
     options = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-usage-"))
     try:
@@ -134,7 +138,9 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
         "database_url": database_url,
         "public_base_url": f"http://127.0.0.1:{port}",
         "port": port,
-        "log_level": "WARNING",
+        # As deployed (and as `make bench` runs `paid`): JSON logs at INFO, metrics on a port of their own.
+        **(PRODUCTION_LOGGING if not options.quiet_logs else {"log_level": "WARNING"}),
+        "metrics_port": procs.free_port(),
         "stripe_secret_key": seed.SANDBOX_KEY,
         "stripe_api_base": api_base,
         "stripe_sandbox_state_file": None,

@@ -85,7 +85,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown.
     `callers` tells tools and the paywall who is calling (service/mcp_server/caller.py)."""
     catalog = PlanCatalog.load(settings.plans_file)
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
@@ -181,6 +181,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     stripe_sync = build_stripe_sync(
         settings, catalog, ElicitationRequests(tool_index), sessions, gateway, billing_events, metrics
     )
+    stack.callback(paywall.close)
     watch_resources(metrics, engine, pool_limits(settings.database_url), bus, stripe_sync.processor)
     await stack.enter_async_context(
         every(

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     """The URL users and clients reach; the issuer, the MCP resource and payment links derive from it."""
     database_url: str = "sqlite:///./var/service.db"
     """`sqlite:///path` or `postgresql://user:pass@host:port/db`."""
+    sqlite_synchronous: Literal["full", "normal"] = "normal"
+    """SQLite's `synchronous` (the database is always in WAL mode): `normal` keeps every commit through a
+    crash of the process and may lose the latest ones to a power loss or OS crash; `full` syncs the log
+    at every commit. See docs/adr/0006-sqlite-synchronous-normal.md."""
     secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
     """Signs login requests and CSRF tokens; 32 characters or more in production."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"

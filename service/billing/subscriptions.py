@@ -243,9 +243,20 @@ def grants_access(row: Subscription, *, grace: timedelta, now: datetime) -> bool
 
 
 async def entitled_plan_ids(session: AsyncSession, user_id: str, *, grace: timedelta) -> set[str]:
-    result = await session.exec(select(Subscription).where(col(Subscription.user_id) == user_id))
+    return {row.plan_id for row in await granting_subscriptions(session, user_id, grace=grace)}
+
+
+async def granting_subscriptions(
+    session: AsyncSession, user_id: str, *, grace: timedelta
+) -> list[Subscription]:
+    """The user's subscriptions that grant access now, the latest first."""
+    result = await session.exec(
+        select(Subscription)
+        .where(col(Subscription.user_id) == user_id)
+        .order_by(col(Subscription.created_at).desc())
+    )
     now = utcnow()
-    return {row.plan_id for row in result.all() if grants_access(row, grace=grace, now=now)}
+    return [row for row in result.all() if grants_access(row, grace=grace, now=now)]
 
 
 async def is_entitled(

@@ -5,6 +5,9 @@ call's usage row (unique per user and call key) and the counter or balance it mo
 together or not at all. A retried call finds its row and is let through without counting again.
 A refused call raises `Refused` after writing: the caller's transaction must roll back (no
 savepoint, which would cost two more round trips on every paid call).
+
+`service/billing/usage_sqlite.py` runs the same decisions as SQL text on SQLite (ADR 7): a change
+to what is written here must be made there too.
 """
 
 from __future__ import annotations

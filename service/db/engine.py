@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -46,14 +48,57 @@ def ensure_sqlite_directory(url: str) -> None:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()
-    # We issue BEGIN ourselves (below), so the driver must not start transactions on its own.
-    dbapi_connection.isolation_level = None
+SqliteSynchronous = Literal["full", "normal"]
+# In WAL mode `normal` syncs the log at checkpoints instead of at every commit: a commit survives
+# the process crashing, and only a power loss or OS crash can undo the latest ones (docs/adr/0006).
+DEFAULT_SQLITE_SYNCHRONOUS: SqliteSynchronous = "normal"
+_sqlite_synchronous: weakref.WeakKeyDictionary[Any, SqliteSynchronous] = weakref.WeakKeyDictionary()
+
+
+def _sqlite_pragmas(synchronous: SqliteSynchronous) -> Any:
+    def apply(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+        cursor.close()
+        # We issue BEGIN ourselves (below), so the driver must not start transactions on its own.
+        dbapi_connection.isolation_level = None
+
+    return apply
+
+
+def sqlite_file(engine: AsyncEngine) -> str | None:
+    """The database file of an SQLite engine; None for PostgreSQL or an in-memory database."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return url.database
+
+
+def open_sqlite_connection(engine: AsyncEngine) -> sqlite3.Connection:
+    """A synchronous connection to an SQLite engine's file, with the engine's pragmas, that fails
+    at once instead of waiting when another connection holds the write lock."""
+    path = sqlite_file(engine)
+    if path is None:
+        raise ValueError("not an SQLite file database")
+    connection = sqlite3.connect(path, isolation_level=None)
+    connection.execute("PRAGMA foreign_keys=ON")
+    connection.execute("PRAGMA busy_timeout=0")
+    synchronous = _sqlite_synchronous.get(engine.sync_engine, DEFAULT_SQLITE_SYNCHRONOUS)
+    connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    return connection
+
+
+def _sqlite_reset(_dbapi_connection: Any, record: Any, state: Any) -> None:
+    """Roll back a connection returned to the pool only when SQLite says a transaction is open: the
+    default rollback is a trip to the driver's thread, also after a checkout that ran nothing."""
+    if state.transaction_was_reset or not state.asyncio_safe:
+        return
+    driver = record.driver_connection
+    if driver is None or driver.in_transaction:
+        record.dbapi_connection.rollback()
 
 
 def _sqlite_begin_immediate(connection: Any) -> None:
@@ -92,6 +137,7 @@ def create_engine(
     *,
     echo: bool = False,
     idle_ping_after: float | None = None,
+    sqlite_synchronous: SqliteSynchronous = DEFAULT_SQLITE_SYNCHRONOUS,
 ) -> AsyncEngine:
     ensure_sqlite_directory(url)
     if make_url(url).get_backend_name() == "sqlite":
@@ -106,8 +152,11 @@ def create_engine(
             echo=echo,
             pool_size=SQLITE_POOL.size,
             max_overflow=SQLITE_POOL.max_overflow,
+            pool_reset_on_return=None,
         )
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine.pool, "reset", _sqlite_reset)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas(sqlite_synchronous))
+        _sqlite_synchronous[engine.sync_engine] = sqlite_synchronous
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
     engine = create_async_engine(

@@ -16,11 +16,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.billing.models import Subscription
 from service.billing.plans import PlanCatalog
 from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
-from service.db.engine import SessionFactory
+from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
+from service.db.engine import SessionFactory, checked_out_connections, open_sqlite_connection, sqlite_file
 from service.db.group_commit import GroupCommit
 from service.paywall.entitlements import Entitlements
 
@@ -65,18 +68,36 @@ ALLOWED = Verdict(allowed=True)
 class _Attempt:
     call: PaidCall
     counted_plan_ids: tuple[str, ...]  # the user's plans for the tool that count calls
+    # The subscription to one of them from the entitlement cache; None: read it in the decision.
+    subscription: Subscription | None = None
 
 
 class Admission:
     """Decisions that write go through a group commit: calls decided while a transaction commits
     share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
-    commit each. A lone call takes a transaction of its own, without savepoints."""
+    commit each. A lone call takes a transaction of its own, without savepoints. On an SQLite file
+    a batch is decided in place by `SqliteDecisions` while this process's one pooled connection is
+    held, and through the async engine only when another process holds the write lock."""
 
     def __init__(self, sessions: SessionFactory, catalog: PlanCatalog, entitlements: Entitlements) -> None:
         self._sessions = sessions
         self._catalog = catalog
         self._entitlements = entitlements
         self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
+        self._engine = sessions().bind
+        self._sqlite: SqliteDecisions | None = None
+        if isinstance(self._engine, AsyncEngine) and sqlite_file(self._engine) is not None:
+            engine = self._engine
+            self._sqlite = SqliteDecisions(
+                lambda: open_sqlite_connection(engine),
+                catalog.get,
+                catalog.metered_price,
+                grace=entitlements.grace,
+            )
+
+    def close(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.close()
 
     async def admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
         entitled = await self._entitlements.plans_of(call.user_id, fresh=fresh) & plan_ids
@@ -88,12 +109,19 @@ class Admission:
             counted.append(plan_id)
         if not counted and not fresh and self._entitlements.known_without_credits(call.user_id):
             return Verdict(allowed=False)
-        if await self._commits.submit(_Attempt(call, tuple(counted))):
+        subscription = (
+            None if fresh or not counted else self._entitlements.cached_subscription(call.user_id, counted)
+        )
+        if await self._commits.submit(_Attempt(call, tuple(counted), subscription)):
             return ALLOWED
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
 
     async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
+        if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
+            decided = await self._decide_in_place(self._sqlite, self._engine, attempts)
+            if decided is not None:
+                return decided
         if len(attempts) == 1:
             return [await self._decide_alone(attempts[0])]
         try:
@@ -134,6 +162,27 @@ class Admission:
                     pass
         return results
 
+    async def _decide_in_place(
+        self, sqlite: SqliteDecisions, engine: AsyncEngine, attempts: Sequence[_Attempt]
+    ) -> list[bool | Exception] | None:
+        """The batch decided by `SqliteDecisions` while no transaction of this process is open: the
+        pool's one connection is idle (nothing can take it while the decision runs without
+        yielding) or held here; None when another process holds the write lock."""
+        batch = [
+            SqliteAttempt(attempt.call, attempt.counted_plan_ids, attempt.subscription)
+            for attempt in attempts
+        ]
+        try:
+            if checked_out_connections(engine) == 0:
+                return sqlite.decide(batch)
+            async with engine.connect():
+                return sqlite.decide(batch)
+        except Busy:
+            logger.info(
+                "SQLite write lock held elsewhere; deciding %d paid calls through the pool", len(batch)
+            )
+            return None
+
     async def _decide_alone(self, attempt: _Attempt) -> bool:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
         if attempt.counted_plan_ids:
@@ -154,7 +203,7 @@ class Admission:
         """Count (or meter) the call under the user's subscription to one of its counting plans;
         False when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
         call = attempt.call
-        subscription = await entitling_subscription(
+        subscription = attempt.subscription or await entitling_subscription(
             session, call.user_id, attempt.counted_plan_ids, grace=self._entitlements.grace
         )
         plan = self._catalog.get(subscription.plan_id) if subscription is not None else None

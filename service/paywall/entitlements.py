@@ -12,8 +12,10 @@ from datetime import timedelta
 from typing import Literal
 
 from service.billing.events import EntitlementChanged
-from service.billing.subscriptions import entitled_plan_ids
+from service.billing.models import Subscription
+from service.billing.subscriptions import granting_subscriptions, grants_access
 from service.db.engine import SessionFactory
+from service.db.metadata import utcnow
 from service.observability.metrics import ServiceMetrics
 
 MAX_REMEMBERED_WITHOUT_CREDITS = 100_000
@@ -32,7 +34,8 @@ class Entitlements:
         self._metrics = metrics
         self._grace = grace
         self._cache_seconds = cache_seconds
-        self._cache: dict[str, tuple[float, frozenset[str]]] = {}
+        # Per user: until when, the plans granted, and the subscriptions granting them (latest first).
+        self._cache: dict[str, tuple[float, frozenset[str], tuple[Subscription, ...]]] = {}
         # Users seen without credits, until when: their unpaid calls skip the database the way
         # unentitled calls do. A purchase (on any replica) drops the entry through the bus.
         self._no_credits: dict[str, float] = {}
@@ -62,10 +65,27 @@ class Entitlements:
             self._observe("cache", now)
             return cached[1]
         async with self._sessions() as session:
-            plans = frozenset(await entitled_plan_ids(session, user_id, grace=self._grace))
-        self._cache[user_id] = (now + self._cache_seconds, plans)
+            granting = tuple(await granting_subscriptions(session, user_id, grace=self._grace))
+        plans = frozenset(row.plan_id for row in granting)
+        self._cache[user_id] = (now + self._cache_seconds, plans, granting)
         self._observe("database", now)
         return plans
+
+    def cached_subscription(self, user_id: str, plan_ids: Iterable[str]) -> Subscription | None:
+        """The latest cached subscription to one of `plan_ids` that still grants access and whose
+        billing period has not ended; None when the cache has none (the caller reads the database)."""
+        cached = self._cache.get(user_id)
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        wanted = set(plan_ids)
+        now = utcnow()
+        for row in cached[2]:
+            if row.plan_id not in wanted or not grants_access(row, grace=self._grace, now=now):
+                continue
+            if row.current_period_end is not None and row.current_period_end <= now:
+                return None  # a renewal may be on its way: the database says which period
+            return row
+        return None
 
     def _observe(self, source: Literal["cache", "database"], started: float) -> None:
         if self._metrics is not None:

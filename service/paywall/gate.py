@@ -93,6 +93,9 @@ class Paywall:
         self._callers = callers
         self._admission = Admission(sessions, tools.catalog, entitlements)
 
+    def close(self) -> None:
+        self._admission.close()
+
     def satisfied_by(self, elicitation: Elicitation, entitled_plan_ids: frozenset[str]) -> bool:
         """Whether these plans unlock the tool `elicitation` was opened for."""
         return self._tools.satisfied_by(elicitation, entitled_plan_ids)

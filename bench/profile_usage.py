@@ -1,0 +1,157 @@
+"""What one paid-call decision costs in the database: statements, driver hops and time per call.
+
+    .venv/bin/python -m bench.profile_usage [--calls 2000] [--concurrency 1 16] [--postgres URL] [--profile]
+
+Drives `Admission.admit` straight (no HTTP) for a credit user and a pay-as-you-go user on a freshly
+migrated database: SQLite in a temporary folder by default, or the PostgreSQL database given. Counts
+the SQL statements the engine runs (its `before_cursor_execute` event) and the aiosqlite thread
+hops (calls into the connection's worker thread) per decision, and the wall-clock time per decision
+at each concurrency. `--profile` prints cProfile's view of the credit decisions at concurrency 1.
+A development tool; `python -m bench.usage_pricing` is the measurement of record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import pstats
+import secrets
+import tempfile
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from sqlalchemy import event
+
+from service.billing.models import StripeCustomer, Subscription
+from service.billing.plans import DEFAULT_PLANS_FILE, CreditPack, PlanCatalog
+from service.billing.usage import PaidCall, grant_credits
+from service.db.engine import create_engine, create_session_factory
+from service.db.metadata import utcnow
+from service.db.migrations import upgrade_to_head
+from service.identity.models import User
+from service.identity.secrets import new_id
+from service.paywall.admission import Admission
+from service.paywall.entitlements import Entitlements
+
+TOOL = "ascii_chart"
+
+
+class Hops:
+    """Counts calls handed to aiosqlite's worker thread (each one a thread hop and back)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        original = aiosqlite.Connection._execute
+
+        async def counting(connection: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await original(connection, fn, *args, **kwargs)
+
+        aiosqlite.Connection._execute = counting  # type: ignore[method-assign]
+
+
+async def _users(sessions: Any) -> dict[str, str]:
+    pack = CreditPack(
+        id="bench", name="bench", lookup_key="bench", credits=1_000_000, amount=1, currency="usd"
+    )
+    users: dict[str, str] = {}
+    async with sessions() as session, session.begin():
+        for caller in ("credits", "metered"):
+            user = User(id=new_id("usr"), username=f"{caller}-{secrets.token_hex(4)}", password_hash="!")  # noqa: S106
+            session.add(user)
+            await session.flush()
+            users[caller] = user.id
+            if caller == "credits":
+                await grant_credits(session, user.id, pack, source=f"bench:{user.id}", payment_intent_id=None)
+                continue
+            customer_id = f"cus_bench_{secrets.token_hex(6)}"
+            session.add(StripeCustomer(user_id=user.id, customer_id=customer_id))
+            session.add(
+                Subscription(
+                    id=f"sub_bench_{secrets.token_hex(6)}",
+                    user_id=user.id,
+                    customer_id=customer_id,
+                    plan_id="payg",
+                    status="active",
+                    current_period_end=utcnow() + timedelta(days=30),
+                )
+            )
+    return users
+
+
+async def _run(options: argparse.Namespace) -> None:
+    url = options.postgres or f"sqlite:///{Path(tempfile.mkdtemp(prefix='profile-usage-')) / 'usage.db'}"
+    upgrade_to_head(url)
+    engine = create_engine(url)
+    statements: Counter[str] = Counter()
+
+    @event.listens_for(engine.sync_engine, "before_cursor_execute")
+    def _count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements[statement.split(None, 1)[0].upper()] += 1
+
+    hops = Hops()
+    sessions = create_session_factory(engine)
+    users = await _users(sessions)
+    catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
+    entitlements = Entitlements(sessions, grace=timedelta(days=3), cache_seconds=60.0)
+    admission = Admission(sessions, catalog, entitlements)
+    plan_ids = frozenset(plan.id for plan in catalog.plans_unlocking(TOOL))
+    for name, user_id in users.items():
+        await entitlements.plans_of(user_id)  # the cache the subscription path reads, warmed
+        for concurrency in options.concurrency:
+            calls = options.calls
+
+            async def one(index: int, user_id: str = user_id, name: str = name) -> None:
+                verdict = await admission.admit(PaidCall(user_id, TOOL, secrets.token_hex(32)), plan_ids)
+                assert verdict.allowed, (name, index)
+
+            async def worker(start: int, concurrency: int = concurrency, calls: int = calls) -> None:
+                for index in range(start, calls, concurrency):
+                    await one(index)
+
+            statements.clear()
+            hops.count = 0
+            profiler = (
+                cProfile.Profile() if options.profile and concurrency == 1 and name == "credits" else None
+            )
+            started = time.perf_counter()
+            cpu_started = time.process_time()
+            if profiler is not None:
+                profiler.enable()
+            await asyncio.gather(*(worker(start) for start in range(concurrency)))
+            if profiler is not None:
+                profiler.disable()
+            elapsed = time.perf_counter() - started
+            cpu = time.process_time() - cpu_started
+            per_call = ", ".join(f"{kind} {count / calls:.2f}" for kind, count in sorted(statements.items()))
+            print(
+                f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call "
+                f"({cpu / calls * 1e6:5.0f} us CPU)  "
+                f"{hops.count / calls:6.2f} driver hops/call  statements/call: {per_call}",
+                flush=True,
+            )
+            if profiler is not None:
+                pstats.Stats(profiler).sort_stats("cumulative").print_stats(options.top)
+    await engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--postgres", help="a PostgreSQL URL to a database of its own (migrated here)")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--top", type=int, default=30)
+    asyncio.run(_run(parser.parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,284 @@
+"""Paid-call admission as the paywall runs it: batched decisions, on SQLite in place and on PostgreSQL
+through the pool, keep every guarantee of the single decision."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections.abc import Sequence
+from datetime import timedelta
+
+import pytest
+from sqlalchemy.engine import make_url
+from sqlmodel import col, func, select
+
+from service.billing.events import EntitlementChanged
+from service.billing.models import StripeCustomer, Subscription
+from service.billing.plans import CreditPack, MeteredPrice, Plan, PlanCatalog
+from service.billing.usage import (
+    FUNDED_BY_CREDIT,
+    FUNDED_BY_METER,
+    PaidCall,
+    credit_balance,
+    grant_credits,
+    included_used,
+    ledger_sum,
+)
+from service.billing.usage_models import UsageRecord
+from service.db.engine import create_engine, create_session_factory
+from service.db.metadata import utcnow
+from service.paywall.admission import Admission
+from service.paywall.entitlements import Entitlements
+from tests.integration.usage.conftest import Ledger
+from tests.support.polling import until
+
+TOOL = "sql_explain"
+METERED = MeteredPrice(
+    tool=TOOL, lookup_key="m", event_name="sql_explain_calls", unit_amount=2, currency="usd"
+)
+PRO = Plan(
+    id="pro",
+    name="Pro",
+    lookup_key="pro",
+    amount=900,
+    currency="usd",
+    interval="month",
+    tools=(TOOL,),
+    included_calls=5,
+    overage="block",
+)
+PAYG = Plan(
+    id="payg",
+    name="Pay as you go",
+    lookup_key="payg",
+    amount=0,
+    currency="usd",
+    interval="month",
+    tools=(TOOL,),
+    included_calls=0,
+    overage="meter",
+)
+CATALOG = PlanCatalog([PRO, PAYG], [METERED])
+UNLOCKING = frozenset({PRO.id, PAYG.id})
+PACK = CreditPack(id="calls_50", name="50 calls", lookup_key="k50", credits=50, amount=250, currency="usd")
+
+
+def admission_for(ledger: Ledger) -> tuple[Admission, Entitlements]:
+    entitlements = Entitlements(ledger.sessions, grace=timedelta(days=3), cache_seconds=60.0)
+    return Admission(ledger.sessions, CATALOG, entitlements), entitlements
+
+
+async def grant(ledger: Ledger, user_id: str, source: str = "checkout:cs_1") -> None:
+    async with ledger.sessions() as session, session.begin():
+        await grant_credits(session, user_id, PACK, source=source, payment_intent_id=None)
+
+
+async def balance(ledger: Ledger, user_id: str) -> tuple[int, int]:
+    async with ledger.sessions() as session:
+        return await credit_balance(session, user_id), await ledger_sum(session, user_id)
+
+
+async def usage_rows(ledger: Ledger, funding: str) -> int:
+    async with ledger.sessions() as session:
+        count = await session.exec(select(func.count()).where(col(UsageRecord.funding) == funding))
+        return int(count.one())
+
+
+async def subscribe(ledger: Ledger, plan: Plan) -> Subscription:
+    row = Subscription(
+        id=f"sub_{plan.id}",
+        user_id=ledger.user_id,
+        customer_id="cus_1",
+        plan_id=plan.id,
+        status="active",
+        current_period_end=utcnow() + timedelta(days=30),
+    )
+    async with ledger.sessions() as session, session.begin():
+        session.add(StripeCustomer(user_id=ledger.user_id, customer_id="cus_1"))
+        session.add(row)
+    return row
+
+
+async def admit_all(admission: Admission, calls: Sequence[PaidCall]) -> list[bool | BaseException]:
+    """All at once: the group commit takes those submitted together into one batch."""
+    verdicts = await asyncio.gather(
+        *(admission.admit(call, UNLOCKING) for call in calls), return_exceptions=True
+    )
+    return [verdict if isinstance(verdict, BaseException) else verdict.allowed for verdict in verdicts]
+
+
+def calls_of(user_id: str, keys: Sequence[str]) -> list[PaidCall]:
+    return [PaidCall(user_id=user_id, tool=TOOL, call_key=key) for key in keys]
+
+
+async def test_100_parallel_calls_with_50_credits_run_exactly_50(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id)
+    admission, entitlements = admission_for(ledger)
+    await entitlements.plans_of(ledger.user_id)
+    try:
+        results = await admit_all(admission, calls_of(ledger.user_id, [f"call-{n}" for n in range(100)]))
+    finally:
+        admission.close()
+    assert results.count(True) == 50 and results.count(False) == 50
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+    assert await usage_rows(ledger, FUNDED_BY_CREDIT) == 50, "a refused call leaves no usage row behind"
+
+
+async def test_retries_in_one_batch_and_across_batches_are_paid_once(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id)
+    admission, entitlements = admission_for(ledger)
+    await entitlements.plans_of(ledger.user_id)
+    try:
+        first = await admit_all(admission, calls_of(ledger.user_id, ["a", "a", "b", "a", "b"]))
+        again = await admit_all(admission, calls_of(ledger.user_id, ["a", "b", "c"]))
+    finally:
+        admission.close()
+    assert first == [True] * 5 and again == [True] * 3
+    assert await balance(ledger, ledger.user_id) == (47, 47)
+
+
+async def test_a_failing_call_in_a_batch_spends_no_one_elses_credit(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id)
+    admission, entitlements = admission_for(ledger)
+    await entitlements.plans_of(ledger.user_id)
+    await entitlements.plans_of("usr_gone")
+    # A user deleted meanwhile: its usage row breaks the foreign key, and with it the batch's transaction.
+    calls = calls_of(ledger.user_id, [f"call-{n}" for n in range(5)])
+    calls.insert(2, PaidCall(user_id="usr_gone", tool=TOOL, call_key="orphan"))
+    try:
+        results = await admit_all(admission, calls)
+    finally:
+        admission.close()
+    assert isinstance(results[2], Exception), results
+    assert results[:2] + results[3:] == [True] * 5
+    assert await balance(ledger, ledger.user_id) == (45, 45)
+    assert await usage_rows(ledger, FUNDED_BY_CREDIT) == 5
+
+
+async def test_two_replicas_pay_each_call_once(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id)
+    other_engine = create_engine(ledger.engine.url.render_as_string(hide_password=False))
+    other = Ledger(other_engine, create_session_factory(other_engine), ledger.user_id)
+    first, first_entitlements = admission_for(ledger)
+    second, second_entitlements = admission_for(other)
+    await first_entitlements.plans_of(ledger.user_id)
+    await second_entitlements.plans_of(ledger.user_id)
+    keys = [f"call-{n}" for n in range(30)]
+    try:
+        results = await asyncio.gather(
+            admit_all(first, calls_of(ledger.user_id, keys)),
+            admit_all(second, calls_of(ledger.user_id, keys)),
+        )
+    finally:
+        first.close()
+        second.close()
+        await other_engine.dispose()
+    assert results == [[True] * 30, [True] * 30]
+    assert await balance(ledger, ledger.user_id) == (20, 20)
+    assert await usage_rows(ledger, FUNDED_BY_CREDIT) == 30
+
+
+async def test_parallel_calls_use_exactly_the_included_calls_then_credits(ledger: Ledger) -> None:
+    subscription = await subscribe(ledger, PRO)
+    await grant(ledger, ledger.user_id)
+    admission, entitlements = admission_for(ledger)
+    assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
+    try:
+        results = await admit_all(admission, calls_of(ledger.user_id, [f"call-{n}" for n in range(20)]))
+    finally:
+        admission.close()
+    assert results == [True] * 20
+    async with ledger.sessions() as session:
+        assert await included_used(session, subscription) == 5
+    assert await balance(ledger, ledger.user_id) == (35, 35), "past the quota, credits pay"
+
+
+async def test_pay_as_you_go_calls_are_metered_once_each(ledger: Ledger) -> None:
+    await subscribe(ledger, PAYG)
+    admission, entitlements = admission_for(ledger)
+    assert await entitlements.plans_of(ledger.user_id) == {PAYG.id}
+    try:
+        results = await admit_all(admission, calls_of(ledger.user_id, ["a", "b", "a", "c", "b"]))
+    finally:
+        admission.close()
+    assert results == [True] * 5
+    async with ledger.sessions() as session:
+        metered = (
+            await session.exec(select(UsageRecord).where(col(UsageRecord.funding) == FUNDED_BY_METER))
+        ).all()
+    assert sorted(row.call_key for row in metered) == ["a", "b", "c"]
+    assert {(row.customer_id, row.event_name, row.unit_amount) for row in metered} == {
+        ("cus_1", "sql_explain_calls", 2)
+    }
+    assert all(row.next_report_at is not None and row.reported_at is None for row in metered)
+
+
+async def test_with_the_write_lock_held_elsewhere_calls_wait_through_the_pool(
+    ledger: Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    if ledger.engine.url.get_backend_name() != "sqlite":
+        pytest.skip("SQLite's write lock")
+    await grant(ledger, ledger.user_id)
+    admission, entitlements = admission_for(ledger)
+    await entitlements.plans_of(ledger.user_id)
+    holder = sqlite3.connect(str(make_url(str(ledger.engine.url)).database), isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with caplog.at_level(logging.INFO, logger="service.paywall.admission"):
+            waiting = asyncio.create_task(
+                admission.admit(PaidCall(ledger.user_id, TOOL, "call-1"), UNLOCKING)
+            )
+
+            async def fell_back() -> bool:
+                return any("write lock held elsewhere" in record.getMessage() for record in caplog.records)
+
+            await until(fell_back, "the decision meets the lock and takes the pool's path")
+            assert not waiting.done()
+            holder.execute("ROLLBACK")
+            assert (await waiting).allowed
+    finally:
+        holder.close()
+        admission.close()
+    assert await balance(ledger, ledger.user_id) == (49, 49)
+
+
+async def test_a_renewal_counts_in_the_new_period_though_the_cache_holds_the_old_one(ledger: Ledger) -> None:
+    """The cached subscription spares a read only while its period runs: once it has ended, the
+    decision reads the renewed period (applied on another replica, no bus message here)."""
+    subscription = await subscribe(ledger, PRO)
+    async with ledger.sessions() as session, session.begin():
+        row = await session.get(Subscription, subscription.id)
+        assert row is not None
+        row.current_period_end = utcnow() - timedelta(minutes=1)
+    admission, entitlements = admission_for(ledger)
+    assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
+    try:
+        ended = await admit_all(admission, calls_of(ledger.user_id, [f"old-{n}" for n in range(6)]))
+        assert ended == [True] * 5 + [False], "the ended period's included calls, then blocked"
+        async with ledger.sessions() as session, session.begin():
+            row = await session.get(Subscription, subscription.id)
+            assert row is not None
+            row.current_period_end = utcnow() + timedelta(days=30)
+        renewed = await admit_all(admission, calls_of(ledger.user_id, ["new-1"]))
+    finally:
+        admission.close()
+    assert renewed == [True]
+
+
+async def test_an_entitlement_change_drops_the_cached_subscription(ledger: Ledger) -> None:
+    subscription = await subscribe(ledger, PRO)
+    admission, entitlements = admission_for(ledger)
+    assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
+    try:
+        assert await admit_all(admission, calls_of(ledger.user_id, [f"a-{n}" for n in range(6)])) == [
+            True
+        ] * 5 + [False]
+        async with ledger.sessions() as session, session.begin():
+            row = await session.get(Subscription, subscription.id)
+            assert row is not None
+            row.current_period_end = utcnow() + timedelta(days=60)
+        await entitlements.on_change(EntitlementChanged(user_id=ledger.user_id))
+        assert await admit_all(admission, calls_of(ledger.user_id, ["b-1"])) == [True]
+    finally:
+        admission.close()
