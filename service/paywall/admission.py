@@ -76,8 +76,8 @@ class Admission:
     """Decisions that write go through a group commit: calls decided while a transaction commits
     share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
     commit each. A lone call takes a transaction of its own, without savepoints. On an SQLite file
-    a batch is decided in place by `SqliteDecisions` while this process's one pooled connection is
-    held, and through the async engine only when another process holds the write lock."""
+    a batch is decided in place by `SqliteDecisions` while no transaction of this process is open,
+    and through the async engine only when another process holds the write lock (ADR 7)."""
 
     def __init__(self, sessions: SessionFactory, catalog: PlanCatalog, entitlements: Entitlements) -> None:
         self._sessions = sessions
