@@ -1,12 +1,11 @@
-"""What one paid-call decision costs in the database: statements, driver hops and time per call.
+"""What one paid-call decision costs in the database: statements and time per call.
 
     .venv/bin/python -m bench.profile_usage [--calls 2000] [--concurrency 1 16] [--postgres URL] [--profile]
 
 Drives `Admission.admit` straight (no HTTP) for a credit user and a pay-as-you-go user on a freshly
 migrated database: SQLite in a temporary folder by default, or the PostgreSQL database given. Counts
-the SQL statements the engine runs (its `before_cursor_execute` event) and the aiosqlite thread
-hops (calls into the connection's worker thread) per decision, and the wall-clock time per decision
-at each concurrency. `--profile` prints cProfile's view of the credit decisions at concurrency 1.
+the SQL statements the engine runs (its `before_cursor_execute` event) per decision, and the
+wall-clock time per decision at each concurrency. `--profile` prints cProfile's view of the credit decisions at concurrency 1.
 A development tool; `python -m bench.usage_pricing` is the measurement of record.
 """
 
@@ -24,7 +23,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 from sqlalchemy import event
 
 from service.billing.models import StripeCustomer, Subscription
@@ -39,20 +37,6 @@ from service.paywall.admission import Admission
 from service.paywall.entitlements import Entitlements
 
 TOOL = "ascii_chart"
-
-
-class Hops:
-    """Counts calls handed to aiosqlite's worker thread (each one a thread hop and back)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        original = aiosqlite.Connection._execute
-
-        async def counting(connection: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return await original(connection, fn, *args, **kwargs)
-
-        aiosqlite.Connection._execute = counting  # type: ignore[method-assign]
 
 
 async def _users(sessions: Any) -> dict[str, str]:
@@ -94,7 +78,6 @@ async def _run(options: argparse.Namespace) -> None:
     def _count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         statements[statement.split(None, 1)[0].upper()] += 1
 
-    hops = Hops()
     sessions = create_session_factory(engine)
     users = await _users(sessions)
     catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
@@ -115,7 +98,6 @@ async def _run(options: argparse.Namespace) -> None:
                     await one(index)
 
             statements.clear()
-            hops.count = 0
             profiler = (
                 cProfile.Profile() if options.profile and concurrency == 1 and name == "credits" else None
             )
@@ -132,7 +114,7 @@ async def _run(options: argparse.Namespace) -> None:
             print(
                 f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call "
                 f"({cpu / calls * 1e6:5.0f} us CPU)  "
-                f"{hops.count / calls:6.2f} driver hops/call  statements/call: {per_call}",
+                f"statements/call: {per_call}",
                 flush=True,
             )
             if profiler is not None:
