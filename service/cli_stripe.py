@@ -59,34 +59,39 @@ class StripeContext:
 
 
 def stripe_api_base(settings: Settings) -> str | None:
-    if settings.embedded_stripe_sandbox:
+    if settings.stripe.embedded_sandbox:
         # The sandbox `make run` serves; these commands need the service running.
-        return f"http://127.0.0.1:{settings.stripe_sandbox_port}"
-    return settings.stripe_api_base
+        return f"http://127.0.0.1:{settings.stripe_sandbox.port}"
+    return settings.stripe.api_base
 
 
 @asynccontextmanager
 async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
     try:
-        catalog = PlanCatalog.load(settings.plans_file)
+        catalog = PlanCatalog.load(settings.billing.plans_file)
     except PlanCatalogError as exc:
         raise CommandFailed(str(exc)) from exc
     try:
         tools = PaidToolIndex(
             catalog,
             load_tools(
-                settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points
+                settings.tools.packages, catalog, entry_points_enabled=settings.tools.entry_points
             ).paid_tools,
         )
     except ToolPackageError as exc:
         raise CommandFailed(str(exc)) from exc
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database.url)
     gateway = StripeGateway.create(
-        settings.stripe_secret_key.get_secret_value(), stripe_api_base(settings), catalog
+        settings.stripe.secret_key.get_secret_value(), stripe_api_base(settings), catalog
     )
     try:
         sync = build_stripe_sync(
-            settings, catalog, tools, create_session_factory(engine), gateway, _bus_for(engine, settings)
+            settings.billing,
+            catalog,
+            tools,
+            create_session_factory(engine),
+            gateway,
+            _bus_for(engine, settings),
         )
         yield StripeContext(gateway, sync)
     except stripe.APIConnectionError as exc:
@@ -102,7 +107,7 @@ def _unreachable(settings: Settings) -> str:
     base = stripe_api_base(settings)
     if base is None:
         return "cannot reach Stripe at https://api.stripe.com: check the network and STRIPE_SECRET_KEY"
-    if settings.embedded_stripe_sandbox:
+    if settings.stripe.embedded_sandbox:
         return (
             f"no Stripe sandbox at {base}: start the service (`make run` or `paid-mcp-service serve`, "
             "which starts it) or set STRIPE_API_BASE to a sandbox you run"
@@ -113,7 +118,7 @@ def _unreachable(settings: Settings) -> str:
 def _bus_for(engine: AsyncEngine, settings: Settings) -> CompletionBus:
     """On PostgreSQL, running replicas hear what these commands change; SQLite has none to tell."""
     if engine.dialect.name == "postgresql":
-        return PostgresBus(engine, settings.database_url, on_reconnect=_nothing)
+        return PostgresBus(engine, settings.database.url, on_reconnect=_nothing)
     return InProcessBus()
 
 
@@ -163,10 +168,10 @@ EXIT_USAGE_MISMATCH = 3
 
 async def report_usage(settings: Settings, hours: int) -> int:
     """Send the metered calls not reported yet, then compare the last `hours` with Stripe's meters."""
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database.url)
     try:
         async with stripe_context(settings) as context:
-            catalog = PlanCatalog.load(settings.plans_file)  # stripe_context has checked it
+            catalog = PlanCatalog.load(settings.billing.plans_file)  # stripe_context has checked it
             reporter = UsageReporter(
                 create_session_factory(engine), context.gateway, catalog, holder=lease_holder()
             )
@@ -224,24 +229,24 @@ def serve_sandbox(
             print(f"configuration error: {exc}", file=sys.stderr)
             return 2
         host, port = listener.getsockname()[:2]
-    configure_logging(settings.log_level)
-    secret = settings.stripe_webhook_secret[0]
+    configure_logging(settings.observability.log_level)
+    secret = settings.stripe.webhook_secrets[0]
     app = create_sandbox_app(
         SandboxConfig(
-            api_key=settings.stripe_secret_key.get_secret_value(),
+            api_key=settings.stripe.secret_key.get_secret_value(),
             public_base_url=f"http://127.0.0.1:{port}",
             webhook_endpoints=[(url, secret) for url in webhook_urls],
-            persist_path=settings.stripe_sandbox_state_file,
-            adversarial=settings.stripe_sandbox_adversarial,
-            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
-            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
-            rate_limit=settings.stripe_sandbox_rate_limit,
+            persist_path=settings.stripe_sandbox.state_file,
+            adversarial=settings.stripe_sandbox.adversarial,
+            webhook_retry_schedule=settings.stripe_sandbox.webhook_retry_schedule,
+            webhook_ordered=settings.stripe_sandbox.webhook_ordered,
+            rate_limit=settings.stripe_sandbox.rate_limit,
         )
     )
     if listener is None:
-        uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
+        uvicorn.run(app, host=host, port=port, log_level=settings.observability.log_level.lower())
         return 0
-    config = uvicorn.Config(app, host=host, port=port, log_level=settings.log_level.lower())
+    config = uvicorn.Config(app, host=host, port=port, log_level=settings.observability.log_level.lower())
     with listener:
         uvicorn.Server(config).run(sockets=[listener])
     return 0

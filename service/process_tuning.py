@@ -14,13 +14,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.async_library import declared_asyncio
 from service.gc_tuning import tuned_gc
-from service.settings import Settings
+from service.settings import TuningSettings
 
 
 class ProcessTuning:
     """Wraps the one app of a `serve` process; it passes every message through unchanged."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: TuningSettings) -> None:
         self.app = app
         self._gc_freeze = settings.gc_freeze
         self._gen0_threshold = settings.gc_gen0_threshold

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from service.settings import Settings
+from service.settings import StripeSandboxSettings, StripeSettings
 from service.stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 from service.web.background_server import bind_loopback, port_of, serve_in_background
 
@@ -22,21 +22,22 @@ class EmbeddedSandbox:
 
 
 @asynccontextmanager
-async def embedded_sandbox(settings: Settings) -> AsyncIterator[EmbeddedSandbox]:
-    sock = bind_loopback(settings.stripe_sandbox_port)
+async def embedded_sandbox(
+    sandbox: StripeSandboxSettings, stripe: StripeSettings, service_base_url: str
+) -> AsyncIterator[EmbeddedSandbox]:
+    """Serve the sandbox, posting its webhooks to this service at `service_base_url` over loopback."""
+    sock = bind_loopback(sandbox.port)
     base = f"http://127.0.0.1:{port_of(sock)}"
     app = create_sandbox_app(
         SandboxConfig(
-            api_key=settings.stripe_secret_key.get_secret_value(),
+            api_key=stripe.secret_key.get_secret_value(),
             public_base_url=base,
-            webhook_endpoints=[
-                (f"{settings.internal_base_url}/webhooks/stripe", settings.stripe_webhook_secret[0])
-            ],
-            persist_path=settings.stripe_sandbox_state_file,
-            adversarial=settings.stripe_sandbox_adversarial,
-            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
-            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
-            rate_limit=settings.stripe_sandbox_rate_limit,
+            webhook_endpoints=[(f"{service_base_url}/webhooks/stripe", stripe.webhook_secrets[0])],
+            persist_path=sandbox.state_file,
+            adversarial=sandbox.adversarial,
+            webhook_retry_schedule=sandbox.webhook_retry_schedule,
+            webhook_ordered=sandbox.webhook_ordered,
+            rate_limit=sandbox.rate_limit,
         )
     )
     async with serve_in_background(app, sock):

@@ -55,7 +55,7 @@ async def open_portal(
         return runtime.pages.message("No subscription yet", "You have no subscription to manage yet.")
     try:
         url = await runtime.stripe.create_portal_session(
-            customer.customer_id, return_url=f"{runtime.settings.public_base_url}/billing/done"
+            customer.customer_id, return_url=f"{runtime.settings.http.public_base_url}/billing/done"
         )
     except UntrustedRedirect:
         logger.exception("refused a billing portal redirect from Stripe")

@@ -13,8 +13,6 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from service.money import format_amount, stripe_amount_problem
 
-DEFAULT_PLANS_FILE = Path(__file__).with_name("default_plans.toml")
-
 
 class PlanCatalogError(Exception):
     """The plans file is missing or invalid; the message names the file and the problem."""

@@ -152,7 +152,7 @@ async def login_submit(
             username=username,
             status_code=401,
         )
-    ttl = runtime.settings.browser_session_ttl_seconds
+    ttl = runtime.settings.identity.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
     # Signing in is not consenting: an authorization goes on to the consent page.
     target = consent_path(authz) if authz and pending is not None else next_path or "/account"
@@ -174,7 +174,7 @@ def _refused_redirect(runtime: Runtime, pending: PendingAuthorization) -> Respon
 def _consent_page(
     runtime: Runtime, request: Request, authz: str, pending: PendingAuthorization, user: User
 ) -> Response:
-    refresh_days = max(1, runtime.settings.refresh_token_ttl_seconds // 86400)
+    refresh_days = max(1, runtime.settings.identity.refresh_token_ttl_seconds // 86400)
     return runtime.form_page(
         request,
         "consent.html",

@@ -41,8 +41,8 @@ async def install_observability(
     tools = frozenset(tool.name for tool in await mcp.list_tools())
     metrics.declare_tools(tools)
     mcp.middleware.append(ToolCallObserver(metrics, tools.__contains__))
-    if settings.metrics_served and settings.metrics_port:
+    if settings.metrics_served and settings.observability.metrics_port:
         port = await stack.enter_async_context(
-            serve_metrics(metrics.registry, settings.host, settings.metrics_port)
+            serve_metrics(metrics.registry, settings.http.host, settings.observability.metrics_port)
         )
-        logger.info("metrics served on %s:%d/metrics", settings.host, port)
+        logger.info("metrics served on %s:%d/metrics", settings.http.host, port)

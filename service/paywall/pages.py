@@ -139,7 +139,7 @@ async def payment_page(
         return payable
     checked, plan, user = payable
     await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
-    grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+    grace = timedelta(seconds=runtime.settings.billing.past_due_grace_seconds)
     owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
     return runtime.form_page(
         request,
@@ -176,7 +176,7 @@ async def _checkouts_exceeded(
 ) -> Response | None:
     """429 (and an audit row) once the user started `MAX_CHECKOUTS_PER_HOUR` checkouts of any kind."""
     checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user_id, CHECKOUT_WINDOW)
-    if checkouts < runtime.settings.max_checkouts_per_hour:
+    if checkouts < runtime.settings.paywall.max_checkouts_per_hour:
         return None
     await record(
         session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="checkout"
@@ -219,8 +219,8 @@ async def _pay_attempts_exceeded(
         session, AuditKind.CHECKOUT_ATTEMPT, user_id, PAY_ATTEMPT_WINDOW, elicitation_id=elicitation_id
     )
     if (
-        by_user >= settings.max_pay_attempts_per_user_per_hour
-        or by_elicitation >= settings.max_pay_attempts_per_elicitation_per_hour
+        by_user >= settings.paywall.max_pay_attempts_per_user_per_hour
+        or by_elicitation >= settings.paywall.max_pay_attempts_per_elicitation_per_hour
     ):
         await record(
             session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="pay"
@@ -244,7 +244,7 @@ async def _read_checkout_plan(
         if refused is not None:
             return refused
         # Fresh from the database, not the paywall's cache: a payment confirmed seconds ago counts.
-        grace = timedelta(seconds=runtime.settings.past_due_grace_seconds)
+        grace = timedelta(seconds=runtime.settings.billing.past_due_grace_seconds)
         entitled = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
         if _covers(runtime, elicitation, plan, entitled):
             return runtime.pages.message(
@@ -286,7 +286,7 @@ async def _existing_payment(runtime: Runtime, found: CheckoutPlan) -> Response |
     if live_plans:
         # A second subscription would bill twice: change the plan of the one there is instead.
         url = await gateway.create_portal_session(
-            found.customer_id, return_url=f"{runtime.settings.public_base_url}/pay/{elicitation.id}"
+            found.customer_id, return_url=f"{runtime.settings.http.public_base_url}/pay/{elicitation.id}"
         )
         return RedirectResponse(url, status_code=303)
     return None
@@ -324,7 +324,7 @@ async def start_checkout(
         now = utcnow()
         lifetime = min(max(elicitation.expires_at - now, CHECKOUT_MIN_LIFETIME), CHECKOUT_MAX_LIFETIME)
         attempt = elicitation.checkout_attempt + 1
-        base = runtime.settings.public_base_url
+        base = runtime.settings.http.public_base_url
         checkout = await gateway.create_checkout_session(
             CheckoutRequest(
                 customer_id=customer_id,
@@ -411,7 +411,7 @@ async def buy_credits(
     attempt = elicitation.checkout_attempt + 1
     try:
         customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
-        base = runtime.settings.public_base_url
+        base = runtime.settings.http.public_base_url
         checkout = await gateway.create_credit_checkout_session(
             CreditCheckoutRequest(
                 customer_id=customer_id,
@@ -523,8 +523,8 @@ async def restart_expired(
         fresh = await restart(
             session,
             old,
-            ttl=timedelta(seconds=runtime.settings.elicitation_ttl_seconds),
-            max_new_per_hour=runtime.settings.max_elicitations_per_hour,
+            ttl=timedelta(seconds=runtime.settings.paywall.elicitation_ttl_seconds),
+            max_new_per_hour=runtime.settings.paywall.max_elicitations_per_hour,
             metrics=runtime.metrics,
         )
     except RateLimited as exc:

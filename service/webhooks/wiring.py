@@ -11,7 +11,7 @@ from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.tool_index import PaidToolIndex
-from service.settings import Settings
+from service.settings import BillingSettings
 from service.webhooks.applier import StripeStateApplier
 from service.webhooks.processor import WebhookProcessor
 from service.webhooks.reconciler import Reconciler
@@ -24,7 +24,7 @@ class StripeSync:
 
 
 def build_stripe_sync(
-    settings: Settings,
+    settings: BillingSettings,
     catalog: PlanCatalog,
     tools: PaidToolIndex,
     sessions: SessionFactory,

@@ -28,7 +28,7 @@ async def oidc_callback(request: Request, runtime: RuntimeDep, session: SessionD
         )
         login.forget(page)
         return page
-    ttl = runtime.settings.browser_session_ttl_seconds
+    ttl = runtime.settings.identity.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, signed_in.user, timedelta(seconds=ttl))
     response = RedirectResponse(signed_in.next_path, status_code=303)
     runtime.cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)
