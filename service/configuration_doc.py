@@ -34,11 +34,13 @@ HEADER = """\
 service/settings/; edit those, not this file. -->
 
 One `Settings` object (`service/settings/`) reads these environment variables, or the same names
-in a `.env` file in the working directory; the environment wins over the file. Each section below is
-one domain's settings model (`settings.stripe`, `settings.oidc`, ...), which that domain receives;
-the variable names are flat. `SECRETS_DIR` names a
+in a `.env` file in the working directory; the environment wins over the file. `SECRETS_DIR` names a
 directory of files, one per setting, named like its variable (`SECRET_KEY`) and holding its value
 (e.g. a mounted Kubernetes Secret); the environment and `.env` take precedence over them.
+
+Each section below is one domain's settings model, named after the heading (`settings.stripe` is
+`StripeSettings`), which validates its own values and is what that domain's code receives; the
+variable names stay flat.
 
 Every default is a development default: SQLite in `./var`, the built-in Stripe sandbox, well-known
 secrets. With `ENVIRONMENT=production` the service refuses to start, naming each problem, while
@@ -57,12 +59,11 @@ def grouped_fields() -> list[tuple[str, list[tuple[str, FieldInfo]]]]:
         if not (isinstance(field.annotation, type) and issubclass(field.annotation, Section))
     ]
     groups = [(SERVICE_TITLE, top)]
-    for field in Settings.model_fields.values():
+    for section, field in Settings.model_fields.items():
         model = field.annotation
         if isinstance(model, type) and issubclass(model, Section):
-            groups.append(
-                (model.title, [(sub.alias or name, sub) for name, sub in model.model_fields.items()])
-            )
+            title = f"{model.title} (`settings.{section}`)"
+            groups.append((title, [(sub.alias or name, sub) for name, sub in model.model_fields.items()]))
     return groups
 
 
