@@ -220,7 +220,9 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack) -> Runtime:
     if upstream.tools:  # prebuilt tools go to the constructor: built again, once our names are known
         await upstream.check_names(mcp)
         mcp = build_mcp(upstream.registry_entries(paywall))
-    await install_observability(settings, mcp, metrics, stack)
+    await install_observability(
+        settings.observability, mcp, metrics, stack, served=settings.metrics_served, host=settings.http.host
+    )
     mcp.middleware.append(ToolOutputCap(settings.tools.max_output_bytes))  # inside the observer
     passwords = PasswordHashing.from_settings(settings.password_hashing)
     stack.callback(passwords.close)

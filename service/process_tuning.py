@@ -20,10 +20,10 @@ from service.settings import TuningSettings
 class ProcessTuning:
     """Wraps the one app of a `serve` process; it passes every message through unchanged."""
 
-    def __init__(self, app: ASGIApp, settings: TuningSettings) -> None:
+    def __init__(self, app: ASGIApp, tuning: TuningSettings) -> None:
         self.app = app
-        self._gc_freeze = settings.gc_freeze
-        self._gen0_threshold = settings.gc_gen0_threshold
+        self._gc_freeze = tuning.gc_freeze
+        self._gen0_threshold = tuning.gc_gen0_threshold
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":

@@ -106,15 +106,15 @@ class McpHttp:
     events: SessionEventStore | None  # what resumable SSE streams keep; None when they are off
 
 
-def event_store(settings: McpSettings) -> SessionEventStore | None:
+def event_store(mcp: McpSettings) -> SessionEventStore | None:
     """The store that makes POST SSE streams resumable, when they are on and there are streams."""
-    if not settings.resumable_streams or settings.json_response:
+    if not mcp.resumable_streams or mcp.json_response:
         return None
     return SessionEventStore(
-        events_per_stream=settings.resumable_events_per_stream,
-        streams_per_session=settings.resumable_streams_per_session,
-        max_age_seconds=settings.resumable_seconds,
-        max_bytes=settings.resumable_max_bytes,
+        events_per_stream=mcp.resumable_events_per_stream,
+        streams_per_session=mcp.resumable_streams_per_session,
+        max_age_seconds=mcp.resumable_seconds,
+        max_bytes=mcp.resumable_max_bytes,
     )
 
 

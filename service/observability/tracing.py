@@ -31,9 +31,9 @@ TRACES_PATH = "/v1/traces"  # what OTLP/HTTP appends to the base endpoint for sp
 FLUSH_TIMEOUT_MILLIS = 2000
 
 
-def tracer_provider(settings: ObservabilitySettings, service_name: str) -> TracerProvider | None:
+def tracer_provider(observability: ObservabilitySettings, service_name: str) -> TracerProvider | None:
     """An SDK provider exporting to the configured collector; None when tracing is off."""
-    endpoint = settings.otel_exporter_otlp_endpoint
+    endpoint = observability.otel_exporter_otlp_endpoint
     if not endpoint:
         return None
     try:

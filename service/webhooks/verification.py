@@ -25,12 +25,12 @@ class WebhookChecks:
     max_json_depth: int = 64
 
     @classmethod
-    def from_settings(cls, settings: StripeSettings, *, max_json_depth: int) -> WebhookChecks:
+    def from_settings(cls, stripe: StripeSettings, *, max_json_depth: int) -> WebhookChecks:
         return cls(
-            secrets=settings.webhook_secrets,
-            livemode=key_is_live(settings.secret_key.get_secret_value()),
-            tolerance_seconds=settings.webhook_tolerance_seconds,
-            future_skew_seconds=settings.webhook_future_skew_seconds,
+            secrets=stripe.webhook_secrets,
+            livemode=key_is_live(stripe.secret_key.get_secret_value()),
+            tolerance_seconds=stripe.webhook_tolerance_seconds,
+            future_skew_seconds=stripe.webhook_future_skew_seconds,
             max_json_depth=max_json_depth,
         )
 

@@ -24,7 +24,7 @@ class StripeSync:
 
 
 def build_stripe_sync(
-    settings: BillingSettings,
+    billing: BillingSettings,
     catalog: PlanCatalog,
     tools: PaidToolIndex,
     sessions: SessionFactory,
@@ -40,8 +40,8 @@ def build_stripe_sync(
             gateway,
             applier,
             bus,
-            lookback=timedelta(days=settings.reconcile_lookback_days),
-            steps_per_second=settings.reconcile_steps_per_second,
+            lookback=timedelta(days=billing.reconcile_lookback_days),
+            steps_per_second=billing.reconcile_steps_per_second,
             metrics=metrics,
         ),
     )

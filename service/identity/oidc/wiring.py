@@ -28,7 +28,7 @@ class ExternalIdentityProvider:
 
 async def start_external_identity(
     oidc: OidcSettings,
-    web: HttpSettings,
+    http: HttpSettings,
     identity: IdentitySettings,
     stack: AsyncExitStack,
     sessions: SessionFactory,
@@ -41,12 +41,12 @@ async def start_external_identity(
     assert oidc.client_id is not None  # Settings refuses OIDC_ISSUER without a client
     assert oidc.client_secret is not None
     client_secret = oidc.client_secret.get_secret_value()
-    http = httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False)
-    stack.push_async_callback(http.aclose)
-    metadata = await discover(http, oidc.issuer)
-    keys = JwksCache(http, metadata.jwks_uri, min_refresh_seconds=oidc.jwks_min_refresh_seconds)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False)
+    stack.push_async_callback(client.aclose)
+    metadata = await discover(client, oidc.issuer)
+    keys = JwksCache(client, metadata.jwks_uri, min_refresh_seconds=oidc.jwks_min_refresh_seconds)
     identities = ExternalIdentities(sessions)
-    audience = oidc.expected_audience(web.mcp_resource_url)
+    audience = oidc.expected_audience(http.mcp_resource_url)
     validator: TokenValidator
     if oidc.introspection:
         if metadata.introspection_endpoint is None:
@@ -54,7 +54,7 @@ async def start_external_identity(
                 "OIDC_INTROSPECTION is set but the issuer advertises no introspection_endpoint"
             )
         validator = IntrospectedTokens(
-            http,
+            client,
             metadata.introspection_endpoint,
             issuer=metadata.issuer,
             audience=audience,
@@ -69,15 +69,15 @@ async def start_external_identity(
         validator, identities, own_tokens, audience=audience, cache_seconds=identity.token_cache_seconds
     )
     login = OidcLogin(
-        http,
+        client,
         metadata,
         keys,
         identities,
         cookies,
         client_id=oidc.client_id,
         client_secret=client_secret,
-        redirect_uri=web.public_base_url + CALLBACK_PATH,
+        redirect_uri=http.public_base_url + CALLBACK_PATH,
         scopes=oidc.scopes,
-        secret_key=web.secret_key.get_secret_value(),
+        secret_key=http.secret_key.get_secret_value(),
     )
     return ExternalIdentityProvider(verifier=verifier, login=login, keys=keys, identities=identities)
