@@ -20,6 +20,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -149,26 +150,14 @@ class Settings(BaseSettings):
             if not Path(secrets_dir).is_dir():
                 raise ConfigurationError(f"SECRETS_DIR={secrets_dir} is not a directory")
             sources.append(SecretsSettingsSource(flat, secrets_dir=secrets_dir))
-        return tuple(sources)
+        # Grouped per source, so a section passed whole still outranks the environment's variables.
+        return tuple(_BySection(settings_cls, source) for source in sources)
 
     @model_validator(mode="before")
     @classmethod
     def _route_flat_names(cls, data: Any) -> Any:
-        """Move `stripe_secret_key=...` into `stripe`; unknown names are ignored, as in the environment."""
-        if not isinstance(data, dict):
-            return data
-        routed: dict[str, Any] = {}
-        sections: dict[str, dict[str, Any]] = {}
-        owners = _section_of_flat_name()
-        for key, value in data.items():
-            if key in cls.model_fields and key not in _section_fields():
-                routed[key] = value
-            elif key in _section_fields():
-                whole = value.model_dump(by_alias=True) if isinstance(value, BaseModel) else dict(value)
-                sections[key] = {**whole, **sections.get(key, {})}
-            elif (section := owners.get(key.lower())) is not None:
-                sections.setdefault(section, {})[key.lower()] = value
-        return {**routed, **sections}
+        """Move `stripe_secret_key=...` into `stripe`, as for `Settings.model_validate({...})`."""
+        return _by_section(data) if isinstance(data, dict) else data
 
     @model_validator(mode="after")
     def _json_responses_need_the_error_style(self) -> Settings:
@@ -258,6 +247,37 @@ class Settings(BaseSettings):
         if self.is_development:
             origins += [f"http://{netloc}" for netloc in self.http.loopback_netlocs]
         return list(dict.fromkeys([*origins, *self.mcp.allowed_origins]))
+
+
+def _by_section(data: dict[str, Any]) -> dict[str, Any]:
+    """Flat names moved into their sections' dicts (a whole section given too is the base they
+    update); names that are no setting are dropped, as the environment's other variables are."""
+    routed: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    owners = _section_of_flat_name()
+    for key, value in data.items():
+        if key in _section_fields():
+            whole = value.model_dump(by_alias=True) if isinstance(value, BaseModel) else dict(value)
+            sections[key] = {**whole, **sections.get(key, {})}
+        elif key in Settings.model_fields:
+            routed[key] = value
+        elif (section := owners.get(key.lower())) is not None:
+            sections.setdefault(section, {})[key.lower()] = value
+    return {**routed, **sections}
+
+
+class _BySection(PydanticBaseSettingsSource):
+    """Wraps a source that reads flat names and hands its values on grouped by section."""
+
+    def __init__(self, settings_cls: type[BaseSettings], source: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self._source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # __call__ reads everything through the wrapped source
+
+    def __call__(self) -> dict[str, Any]:
+        return _by_section(self._source())
 
 
 @cache

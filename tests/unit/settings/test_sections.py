@@ -97,3 +97,14 @@ def test_the_settings_package_imports_no_domain_package() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_section_passed_whole_outranks_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STRIPE_SECRET_KEY", "sk_test_from_env")
+    monkeypatch.setenv("STRIPE_API_BASE", "http://127.0.0.1:2")
+
+    settings = Settings(_env_file=None, stripe=StripeSettings(secret_key=SecretStr("sk_test_given")))  # type: ignore[call-arg]
+
+    assert settings.stripe.secret_key.get_secret_value() == "sk_test_given"
+    assert settings.stripe.api_base is None, "the section given whole is used as given"
+    assert Settings(_env_file=None, stripe_secret_key="sk_test_kw").stripe.api_base == "http://127.0.0.1:2"  # type: ignore[call-arg]
