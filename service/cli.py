@@ -174,9 +174,8 @@ def _serve_on(
         update={"host": host or settings.http.host, "port": port or settings.http.port}
     )
     settings = settings.model_copy(update={"http": http})
-    if problem := listen_problem(
-        http, development=settings.is_development
-    ):  # `--host` skips the settings' own validation
+    # `--host` skips the settings' own validation
+    if problem := listen_problem(http, development=settings.is_development):
         print(f"configuration error: {problem}", file=sys.stderr)
         return 2
     try:  # refuse here, in one line, rather than in a traceback from inside the lifespan
@@ -189,9 +188,8 @@ def _serve_on(
         return 2
     configure_logging(settings.observability.log_level, settings.effective_log_format)
     write_out_before_dying_of(signal.SIGTERM, signal.SIGINT)
-    tracing = tracer_provider(
-        settings.observability, settings.mcp.server_name
-    )  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+    # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+    tracing = tracer_provider(settings.observability, settings.mcp.server_name)
     if tracing is not None:
         trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too
     tracer = tracing.get_tracer(TRACER_NAME, __version__) if tracing is not None else None

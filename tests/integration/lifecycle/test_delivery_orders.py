@@ -186,9 +186,8 @@ async def deliver_and_reconcile(history: History, database_url: str, order: list
             )
         catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
         tools = PaidToolIndex(catalog, example_tools.paid_tools)
-        sync = build_stripe_sync(
-            Settings(_env_file=None).billing, catalog, tools, sessions, gateway, InProcessBus()
-        )  # type: ignore[call-arg]
+        billing = Settings(_env_file=None).billing  # type: ignore[call-arg]
+        sync = build_stripe_sync(billing, catalog, tools, sessions, gateway, InProcessBus())
         for index in order:
             payload = history.events[index]
             signature = sign_webhook_payload(payload, SECRET, int(time.time()))
