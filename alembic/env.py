@@ -16,7 +16,7 @@ if config.config_file_name is not None and config.attributes.get("configure_logg
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
 if not config.get_main_option("sqlalchemy.url"):
-    database_url = Settings().database_url
+    database_url = Settings().database.url
     ensure_sqlite_directory(database_url)
     config.set_main_option("sqlalchemy.url", sync_database_url(database_url).replace("%", "%%"))
 

@@ -191,7 +191,7 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
             session,
             "profiled",
             "profiled-password",
-            PasswordHashing.from_settings(Settings(_env_file=None)),  # type: ignore[call-arg]
+            PasswordHashing.from_settings(Settings(_env_file=None).password_hashing),  # type: ignore[call-arg]
         )
         issued = await identity.create_personal_token(
             session, "profiled", resource="http://127.0.0.1:8000/mcp", label="profile", ttl=None
@@ -217,7 +217,7 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
         stripe_api_base="http://127.0.0.1:9",  # never called: nothing here needs Stripe
         reconcile_interval_seconds=0,
     )
-    return ProcessTuning(create_app(settings), settings), issued.secret  # as `serve` runs it
+    return ProcessTuning(create_app(settings), settings.tuning), issued.secret  # as `serve` runs it
 
 
 async def main(calls: int, top: int, concurrency: int, mode: str) -> None:

@@ -92,7 +92,7 @@ async def main(checkouts: int, top: int) -> None:
             password_hash_parallelism=1,
         )
         app = create_app(settings)
-        task, queue = await lifespan(ProcessTuning(app, settings))  # as `serve` runs it
+        task, queue = await lifespan(ProcessTuning(app, settings.tuning))  # as `serve` runs it
         runtime = app.state.runtime
         cases: list[tuple[str, str, int]] = []
         async with runtime.sessions() as session, session.begin():

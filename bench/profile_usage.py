@@ -5,7 +5,8 @@
 Drives `Admission.admit` straight (no HTTP) for a credit user and a pay-as-you-go user on a freshly
 migrated database: SQLite in a temporary folder by default, or the PostgreSQL database given. Counts
 the SQL statements the engine runs (its `before_cursor_execute` event) per decision, and the
-wall-clock time per decision at each concurrency. `--profile` prints cProfile's view of the credit decisions at concurrency 1.
+wall-clock time per decision at each concurrency. `--profile` prints cProfile's view of the credit
+decisions at concurrency 1.
 A development tool; `python -m bench.usage_pricing` is the measurement of record.
 """
 

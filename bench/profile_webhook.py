@@ -91,7 +91,7 @@ async def main(events: int, concurrency: int, top: int) -> None:
                 log_level="WARNING",
             )
             app = create_app(settings)
-            task, queue = await lifespan(ProcessTuning(app, settings))  # as `serve` runs it
+            task, queue = await lifespan(ProcessTuning(app, settings.tuning))  # as `serve` runs it
             spec = {
                 "customers": [account.as_customer() for account in seeded.webhook_customers],
                 "concurrency": concurrency,

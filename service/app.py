@@ -84,24 +84,26 @@ from service.web.security_headers import SecurityHeadersMiddleware
 async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: CallerSource) -> Runtime:
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown.
     `callers` tells tools and the paywall who is calling (service/mcp_server/caller.py)."""
-    catalog = PlanCatalog.load(settings.plans_file)
-    engine = create_engine(settings.database_url, sqlite_synchronous=settings.sqlite_synchronous)
+    catalog = PlanCatalog.load(settings.billing.plans_file)
+    engine = create_engine(settings.database.url, sqlite_synchronous=settings.database.sqlite_synchronous)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()
     metrics.declare_plans(plan.id for plan in catalog.all())
-    secret_key = settings.secret_key.get_secret_value()
+    secret_key = settings.http.secret_key.get_secret_value()
     cookies = CookiePolicy(secure=not settings.is_development)
 
     sandbox = None
-    api_base = settings.stripe_api_base
+    api_base = settings.stripe.api_base
     checkout_domain = "checkout.stripe.com"
-    if settings.embedded_stripe_sandbox:
-        embedded = await stack.enter_async_context(embedded_sandbox(settings))
+    if settings.stripe.embedded_sandbox:
+        embedded = await stack.enter_async_context(
+            embedded_sandbox(settings.stripe_sandbox, settings.stripe, settings.http.internal_base_url)
+        )
         sandbox, api_base = embedded.sandbox, embedded.api_base
         checkout_domain = f"{urlsplit(api_base).netloc} (the built-in Stripe sandbox)"
     gateway = StripeGateway.create(
-        settings.stripe_secret_key.get_secret_value(),
+        settings.stripe.secret_key.get_secret_value(),
         api_base,
         catalog,
         RedirectPolicy.for_environment(settings.is_development),
@@ -111,34 +113,36 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     if sandbox is not None:
         await gateway.sync_plans()
 
-    notifier = SessionNotifier(sessions, hold_for=settings.elicitation_ttl_seconds)
-    verified_tokens: TokenCache[StoredAccessToken] = TokenCache(ttl=settings.token_cache_seconds)
+    notifier = SessionNotifier(sessions, hold_for=settings.paywall.elicitation_ttl_seconds)
+    verified_tokens: TokenCache[StoredAccessToken] = TokenCache(ttl=settings.identity.token_cache_seconds)
 
     async def after_reconnect() -> None:
         verified_tokens.clear()  # grants revoked while this replica was not listening
         await notifier.sweep()
 
     bus: InProcessBus
-    if engine.dialect.name == "postgresql" and settings.completion_bus == "auto":
-        bus = PostgresBus(engine, settings.database_url, on_reconnect=after_reconnect)
+    if engine.dialect.name == "postgresql" and settings.database.completion_bus == "auto":
+        bus = PostgresBus(engine, settings.database.url, on_reconnect=after_reconnect)
     else:
         bus = InProcessBus()  # SQLite means one process: nobody else to tell
     oauth = DatabaseOAuthProvider(
         sessions,
-        public_base_url=settings.public_base_url,
-        resource_url=settings.mcp_resource_url,
+        public_base_url=settings.http.public_base_url,
+        resource_url=settings.http.mcp_resource_url,
         secret_key=secret_key,
-        access_token_ttl=timedelta(seconds=settings.access_token_ttl_seconds),
-        refresh_token_ttl=timedelta(seconds=settings.refresh_token_ttl_seconds),
-        code_ttl=timedelta(seconds=settings.authorization_code_ttl_seconds),
+        access_token_ttl=timedelta(seconds=settings.identity.access_token_ttl_seconds),
+        refresh_token_ttl=timedelta(seconds=settings.identity.refresh_token_ttl_seconds),
+        code_ttl=timedelta(seconds=settings.identity.authorization_code_ttl_seconds),
         verified=verified_tokens,
         revocations=bus,
     )
-    external = await start_external_identity(settings, stack, sessions, oauth, cookies)
+    external = await start_external_identity(
+        settings.oidc, settings.http, settings.identity, stack, sessions, oauth, cookies
+    )
     entitlements = Entitlements(
         sessions,
-        grace=timedelta(seconds=settings.past_due_grace_seconds),
-        cache_seconds=settings.entitlement_cache_seconds,
+        grace=timedelta(seconds=settings.billing.past_due_grace_seconds),
+        cache_seconds=settings.billing.entitlement_cache_seconds,
         metrics=metrics,
     )
     waiters = PaymentWaiters()
@@ -147,25 +151,25 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     if isinstance(bus, PostgresBus):
         await stack.enter_async_context(bus.running())
     await stack.enter_async_context(
-        every(settings.completion_sweep_seconds, notifier.sweep, name="completion-sweep")
+        every(settings.paywall.completion_sweep_seconds, notifier.sweep, name="completion-sweep")
     )
-    toolset = load_tools(settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points)
-    upstream = await start_gateway(settings, stack, catalog)  # empty unless UPSTREAM_MCP_URL is set
+    toolset = load_tools(settings.tools.packages, catalog, entry_points_enabled=settings.tools.entry_points)
+    upstream = await start_gateway(settings.gateway, stack, catalog)  # empty unless UPSTREAM_MCP_URL is set
     catalog.check_plan_tools(
         toolset.paid_tools.keys() | upstream.paid_tools.keys(), toolset.free_tool_names | upstream.free_tools
     )
     tool_index = PaidToolIndex(catalog, {**toolset.paid_tools, **upstream.paid_tools})
-    known_links = KnownLinks(ttl=settings.payment_link_cache_seconds)
+    known_links = KnownLinks(ttl=settings.paywall.payment_link_cache_seconds)
     bus.subscribe(known_links.on_change)
     paywall = Paywall(
         GateSettings(
-            public_base_url=settings.public_base_url,
-            elicitation_style=settings.elicitation_style,
-            elicitation_ttl=timedelta(seconds=settings.elicitation_ttl_seconds),
-            payment_wait_seconds=settings.payment_wait_seconds,
-            retry_wait_seconds=settings.retry_wait_seconds,
-            max_elicitations_per_hour=settings.max_elicitations_per_hour,
-            max_sessions_owed=settings.max_legacy_sessions_per_user,
+            public_base_url=settings.http.public_base_url,
+            elicitation_style=settings.paywall.elicitation_style,
+            elicitation_ttl=timedelta(seconds=settings.paywall.elicitation_ttl_seconds),
+            payment_wait_seconds=settings.paywall.payment_wait_seconds,
+            retry_wait_seconds=settings.paywall.retry_wait_seconds,
+            max_elicitations_per_hour=settings.paywall.max_elicitations_per_hour,
+            max_sessions_owed=settings.mcp.max_legacy_sessions_per_user,
         ),
         sessions,
         entitlements,
@@ -179,13 +183,13 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     billing_events = BillingEvents()
     relay_billing_events(billing_events, bus)
     stripe_sync = build_stripe_sync(
-        settings, catalog, ElicitationRequests(tool_index), sessions, gateway, billing_events, metrics
+        settings.billing, catalog, ElicitationRequests(tool_index), sessions, gateway, billing_events, metrics
     )
     stack.callback(paywall.close)
-    watch_resources(metrics, engine, pool_limits(settings.database_url), bus, stripe_sync.processor)
+    watch_resources(metrics, engine, pool_limits(settings.database.url), bus, stripe_sync.processor)
     await stack.enter_async_context(
         every(
-            settings.reconcile_interval_seconds,
+            settings.billing.reconcile_interval_seconds,
             stripe_sync.reconciler.run,
             name="stripe-reconciliation",
             jitter=0.1,
@@ -193,7 +197,7 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     )
     await stack.enter_async_context(
         every(
-            settings.usage_report_interval_seconds,
+            settings.billing.usage_report_interval_seconds,
             UsageReporter(sessions, gateway, catalog, holder=lease_holder()).run,
             name="usage-report",
             jitter=0.1,
@@ -201,13 +205,13 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     )
     await stack.enter_async_context(
         every(
-            settings.retention_interval_seconds,
-            RetentionJob.from_settings(settings, sessions).run,
+            settings.retention.interval_seconds,
+            RetentionJob.from_settings(settings.retention, sessions).run,
             name="retention",
             jitter=0.1,
         )
     )
-    threads = ToolThreads(settings.sync_tool_threads)
+    threads = ToolThreads(settings.tuning.sync_tool_threads)
 
     def build_mcp(upstream_tools: list[Tool]) -> MCPServer:
         mcp = build_mcp_server(
@@ -218,8 +222,8 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
             sessions,
             catalog,
             callers=callers,
-            public_base_url=settings.public_base_url,
-            grace_seconds=settings.past_due_grace_seconds,
+            public_base_url=settings.http.public_base_url,
+            grace_seconds=settings.billing.past_due_grace_seconds,
         )
         toolset.install(mcp, paywall, threads)
         return mcp
@@ -228,25 +232,27 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     if upstream.tools:  # prebuilt tools go to the constructor: built again, once our names are known
         await upstream.check_names(mcp)
         mcp = build_mcp(upstream.registry_entries(paywall, callers))
-    await install_observability(settings, mcp, metrics, stack)
-    mcp.middleware.append(ToolOutputCap(settings.max_tool_output_bytes))  # inside the observer
-    passwords = PasswordHashing.from_settings(settings)
+    await install_observability(
+        settings.observability, mcp, metrics, stack, served=settings.metrics_served, host=settings.http.host
+    )
+    mcp.middleware.append(ToolOutputCap(settings.tools.max_output_bytes))  # inside the observer
+    passwords = PasswordHashing.from_settings(settings.password_hashing)
     stack.callback(passwords.close)
-    sign_in_throttle = SignInThrottle(throttle_policy(settings))
+    sign_in_throttle = SignInThrottle(throttle_policy(settings.sign_in))
     return Runtime(
         settings=settings,
         engine=engine,
         sessions=sessions,
         oauth=oauth,
         mcp=mcp,
-        pages=Pages(settings.mcp_server_name),
+        pages=Pages(settings.mcp.server_name),
         cookies=cookies,
         csrf=CsrfProtect(secret_key, cookies),
         readiness=Readiness(
             engine,
-            head=head_revision(settings.database_url),
-            known_revisions=known_revisions(settings.database_url),
-            outage_grace=settings.readiness_outage_grace_seconds,
+            head=head_revision(settings.database.url),
+            known_revisions=known_revisions(settings.database.url),
+            outage_grace=settings.database.readiness_outage_grace_seconds,
         ),
         catalog=catalog,
         stripe=gateway,
@@ -259,14 +265,16 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
         sandbox=sandbox,
         metrics=metrics,
         registration_limiter=RegistrationLimiter(
-            per_window=settings.oauth_registrations_per_address_per_hour, window_seconds=3600
+            per_window=settings.identity.oauth_registrations_per_address_per_hour, window_seconds=3600
         ),
-        webhook_checks=WebhookChecks.from_settings(settings),
-        webhook_rejections=AuditSampler(settings.webhook_rejection_audit_seconds),
+        webhook_checks=WebhookChecks.from_settings(
+            settings.stripe, max_json_depth=settings.http.max_json_depth
+        ),
+        webhook_rejections=AuditSampler(settings.stripe.webhook_rejection_audit_seconds),
         passwords=passwords,
         sign_in=PasswordSignIn(sessions, passwords, sign_in_throttle),
         sign_in_throttle=sign_in_throttle,
-        client_addresses=ClientAddresses(parse_networks(settings.trusted_proxies)),
+        client_addresses=ClientAddresses(parse_networks(settings.http.trusted_proxies)),
         token_verifier=external.verifier if external else StoredTokenVerifier(oauth),
         oidc=external.login if external else None,
     )
@@ -346,7 +354,7 @@ def create_app(
             yield
 
     app = FastAPI(
-        title=settings.mcp_server_name,
+        title=settings.mcp.server_name,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -358,8 +366,8 @@ def create_app(
     app.add_exception_handler(ResponseInstead, respond_instead)  # a dependency's refusal
     app.add_middleware(
         BodyLimit,
-        limit=settings.max_request_body_bytes,
-        per_path={WEBHOOK_PATH: settings.max_webhook_body_bytes},
+        limit=settings.http.max_request_body_bytes,
+        per_path={WEBHOOK_PATH: settings.http.max_webhook_body_bytes},
     )
     app.add_middleware(BusySignInGate)
     app.add_middleware(TokenRequestThrottle)  # /token, served by service/identity/oauth_routes.py
@@ -374,7 +382,7 @@ def create_app(
     app.include_router(oidc_router)
     app.include_router(payment_router)
     app.include_router(billing_router)
-    if settings.metrics_served and settings.metrics_port == 0:
+    if settings.metrics_served and settings.observability.metrics_port == 0:
         app.include_router(metrics_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Last, so our own routes win: OAuth metadata, /authorize, /token, /register, /revoke.

@@ -115,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]) -> int:
     async def run() -> int:
-        engine = create_engine(settings.database_url)
+        engine = create_engine(settings.database.url)
         try:
             async with create_session_factory(engine)() as session, session.begin():
                 return await work(session)
@@ -171,34 +171,40 @@ def _serve_on(
     from service.process_tuning import ProcessTuning
     from service.web.draining import Draining, DrainingServer
 
-    settings = settings.model_copy(update={"host": host or settings.host, "port": port or settings.port})
+    http = settings.http.model_copy(
+        update={"host": host or settings.http.host, "port": port or settings.http.port}
+    )
+    settings = settings.model_copy(update={"http": http})
     # `--host` skips the settings' own validation; the sandbox's absence is no settings error.
-    if problem := listen_problem(settings) or sandbox_problem(settings):
+    if problem := listen_problem(http, development=settings.is_development) or sandbox_problem(
+        settings.stripe
+    ):
         print(f"configuration error: {problem}", file=sys.stderr)
         return 2
     try:  # refuse here, in one line, rather than in a traceback from inside the lifespan
-        catalog = PlanCatalog.load(settings.plans_file)
-        tools = load_tools(settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points)
-        if not settings.upstream_mcp_url:  # an upstream's tools are known once it is reached
+        catalog = PlanCatalog.load(settings.billing.plans_file)
+        tools = load_tools(settings.tools.packages, catalog, entry_points_enabled=settings.tools.entry_points)
+        if not settings.gateway.url:  # an upstream's tools are known once it is reached
             catalog.check_plan_tools(tools.paid_tools, tools.free_tool_names)
     except (PlanCatalogError, ToolPackageError) as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, settings.effective_log_format)
+    configure_logging(settings.observability.log_level, settings.effective_log_format)
     write_out_before_dying_of(signal.SIGTERM, signal.SIGINT)
-    tracing = tracer_provider(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+    # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
+    tracing = tracer_provider(settings.observability, settings.mcp.server_name)
     if tracing is not None:
         trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too
     tracer = tracing.get_tracer(TRACER_NAME, __version__) if tracing is not None else None
-    app = Draining(ProcessTuning(create_app(settings, tracer=tracer), settings))
+    app = Draining(ProcessTuning(create_app(settings, tracer=tracer), settings.tuning))
     config = uvicorn.Config(
         app,
-        host=settings.host,
-        port=settings.port,
+        host=settings.http.host,
+        port=settings.http.port,
         # Off: uvicorn's would trust X-Forwarded-For from any loopback caller. The app reads it
         # itself, from TRUSTED_PROXIES only (service/web/client_address.py).
         proxy_headers=False,
-        log_level=settings.log_level.lower(),
+        log_level=settings.observability.log_level.lower(),
         # Uvicorn's records go through our handler; its access log (full query strings) is replaced
         # by the request-context middleware's access line.
         log_config=None,
@@ -270,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "stripe":
         return _stripe(settings, args)
     if args.command == "migrate":
-        upgrade_to_head(settings.database_url)
+        upgrade_to_head(settings.database.url)
         print("database is at the latest migration")
         return 0
 
@@ -284,14 +290,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     async def users_create(session: AsyncSession) -> int:
         user = await identity.create_user(
-            session, args.name, password, PasswordHashing.from_settings(settings)
+            session, args.name, password, PasswordHashing.from_settings(settings.password_hashing)
         )
         print(f"created user {user.username} ({user.id})")
         return 0
 
     async def users_set_password(session: AsyncSession) -> int:
         user = await identity.set_password(
-            session, args.name, password, PasswordHashing.from_settings(settings)
+            session, args.name, password, PasswordHashing.from_settings(settings.password_hashing)
         )
         print(f"set the password of {user.username}")
         return 0
@@ -319,10 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     async def tokens_create(session: AsyncSession) -> int:
-        days = args.expires_in_days or settings.personal_token_ttl_days
+        days = args.expires_in_days or settings.identity.personal_token_ttl_days
         ttl = None if args.never_expires else timedelta(days=days)
         issued = await identity.create_personal_token(
-            session, args.name, resource=settings.mcp_resource_url, label=args.label, ttl=ttl
+            session, args.name, resource=settings.http.mcp_resource_url, label=args.label, ttl=ttl
         )
         print(f"token id: {issued.token.id}", file=sys.stderr)
         expires = issued.token.expires_at.isoformat() if issued.token.expires_at else "never"

@@ -62,36 +62,41 @@ class StripeContext:
 
 
 def stripe_api_base(settings: Settings) -> str | None:
-    if settings.embedded_stripe_sandbox:
+    if settings.stripe.embedded_sandbox:
         # The sandbox `make run` serves; these commands need the service running.
-        return f"http://127.0.0.1:{settings.stripe_sandbox_port}"
-    return settings.stripe_api_base
+        return f"http://127.0.0.1:{settings.stripe_sandbox.port}"
+    return settings.stripe.api_base
 
 
 @asynccontextmanager
 async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
     try:
-        catalog = PlanCatalog.load(settings.plans_file)
+        catalog = PlanCatalog.load(settings.billing.plans_file)
     except PlanCatalogError as exc:
         raise CommandFailed(str(exc)) from exc
     try:
         tools = PaidToolIndex(
             catalog,
             load_tools(
-                settings.tool_packages, catalog, entry_points_enabled=settings.tool_entry_points
+                settings.tools.packages, catalog, entry_points_enabled=settings.tools.entry_points
             ).paid_tools,
         )
     except ToolPackageError as exc:
         raise CommandFailed(str(exc)) from exc
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database.url)
     gateway = StripeGateway.create(
-        settings.stripe_secret_key.get_secret_value(), stripe_api_base(settings), catalog
+        settings.stripe.secret_key.get_secret_value(), stripe_api_base(settings), catalog
     )
     events = BillingEvents()
     relay_billing_events(events, _bus_for(engine, settings))
     try:
         sync = build_stripe_sync(
-            settings, catalog, ElicitationRequests(tools), create_session_factory(engine), gateway, events
+            settings.billing,
+            catalog,
+            ElicitationRequests(tools),
+            create_session_factory(engine),
+            gateway,
+            events,
         )
         yield StripeContext(gateway, sync)
     except stripe.APIConnectionError as exc:
@@ -107,7 +112,7 @@ def _unreachable(settings: Settings) -> str:
     base = stripe_api_base(settings)
     if base is None:
         return "cannot reach Stripe at https://api.stripe.com: check the network and STRIPE_SECRET_KEY"
-    if settings.embedded_stripe_sandbox:
+    if settings.stripe.embedded_sandbox:
         return (
             f"no Stripe sandbox at {base}: start the service (`make run` or `paid-mcp-service serve`, "
             "which starts it) or set STRIPE_API_BASE to a sandbox you run"
@@ -118,7 +123,7 @@ def _unreachable(settings: Settings) -> str:
 def _bus_for(engine: AsyncEngine, settings: Settings) -> CompletionBus:
     """On PostgreSQL, running replicas hear what these commands change; SQLite has none to tell."""
     if engine.dialect.name == "postgresql":
-        return PostgresBus(engine, settings.database_url, on_reconnect=_nothing)
+        return PostgresBus(engine, settings.database.url, on_reconnect=_nothing)
     return InProcessBus()
 
 
@@ -168,10 +173,10 @@ EXIT_USAGE_MISMATCH = 3
 
 async def report_usage(settings: Settings, hours: int) -> int:
     """Send the metered calls not reported yet, then compare the last `hours` with Stripe's meters."""
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database.url)
     try:
         async with stripe_context(settings) as context:
-            catalog = PlanCatalog.load(settings.plans_file)  # stripe_context has checked it
+            catalog = PlanCatalog.load(settings.billing.plans_file)  # stripe_context has checked it
             reporter = UsageReporter(
                 create_session_factory(engine), context.gateway, catalog, holder=lease_holder()
             )
@@ -231,12 +236,14 @@ def serve_sandbox(
             print(f"configuration error: {exc}", file=sys.stderr)
             return 2
         host, port = listener.getsockname()[:2]
-    configure_logging(settings.log_level)
-    app = create_app_for_settings(settings, f"http://127.0.0.1:{port}", webhook_urls)
+    configure_logging(settings.observability.log_level)
+    app = create_app_for_settings(
+        settings.stripe_sandbox, settings.stripe, f"http://127.0.0.1:{port}", webhook_urls
+    )
     if listener is None:
-        uvicorn.run(app, host=host, port=port, log_level=settings.log_level.lower())
+        uvicorn.run(app, host=host, port=port, log_level=settings.observability.log_level.lower())
         return 0
-    config = uvicorn.Config(app, host=host, port=port, log_level=settings.log_level.lower())
+    config = uvicorn.Config(app, host=host, port=port, log_level=settings.observability.log_level.lower())
     with listener:
         uvicorn.Server(config).run(sockets=[listener])
     return 0

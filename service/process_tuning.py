@@ -14,16 +14,16 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.async_library import declared_asyncio
 from service.gc_tuning import tuned_gc
-from service.settings import Settings
+from service.settings import TuningSettings
 
 
 class ProcessTuning:
     """Wraps the one app of a `serve` process; it passes every message through unchanged."""
 
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, tuning: TuningSettings) -> None:
         self.app = app
-        self._gc_freeze = settings.gc_freeze
-        self._gen0_threshold = settings.gc_gen0_threshold
+        self._gc_freeze = tuning.gc_freeze
+        self._gen0_threshold = tuning.gc_gen0_threshold
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":

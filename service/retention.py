@@ -25,7 +25,7 @@ from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.identity.models import AuthorizationCode, BrowserSession, Token
 from service.paywall.models import Elicitation
-from service.settings import Settings
+from service.settings import RetentionSettings
 
 logger = logging.getLogger(__name__)
 
@@ -86,12 +86,12 @@ class RetentionJob:
         self._lease = HeldLease(sessions, LEASE_NAME, holder, lease_ttl)
 
     @classmethod
-    def from_settings(cls, settings: Settings, sessions: SessionFactory) -> RetentionJob:
+    def from_settings(cls, settings: RetentionSettings, sessions: SessionFactory) -> RetentionJob:
         policy = RetentionPolicy(
-            audit=timedelta(days=settings.retention_audit_days),
-            stripe_events=timedelta(days=settings.retention_stripe_event_days),
-            after_expiry=timedelta(days=settings.retention_expired_days),
-            batch_rows=settings.retention_batch_rows,
+            audit=timedelta(days=settings.audit_days),
+            stripe_events=timedelta(days=settings.stripe_event_days),
+            after_expiry=timedelta(days=settings.expired_days),
+            batch_rows=settings.batch_rows,
         )
         return cls(sessions, policy)
 

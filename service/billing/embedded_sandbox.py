@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from starlette.applications import Starlette
 
-from service.settings import ConfigurationError, Settings
+from service.settings import ConfigurationError, StripeSandboxSettings, StripeSettings
 from service.web.background_server import bind_loopback, port_of, serve_in_background
 
 try:
@@ -38,9 +38,9 @@ class SandboxNotInstalled(ConfigurationError):
     """The settings ask for the built-in Stripe sandbox, and the `sandbox` extra is not installed."""
 
 
-def sandbox_problem(settings: Settings) -> str | None:
+def sandbox_problem(stripe: StripeSettings) -> str | None:
     """Why `serve` cannot start with these settings for want of the sandbox, or None."""
-    if settings.embedded_stripe_sandbox and not SANDBOX_INSTALLED:
+    if stripe.embedded_sandbox and not SANDBOX_INSTALLED:
         return (
             f"{SANDBOX_MISSING}, or set STRIPE_SECRET_KEY to a Stripe key instead of the sandbox's "
             "(with STRIPE_API_BASE for a sandbox run elsewhere)"
@@ -49,22 +49,22 @@ def sandbox_problem(settings: Settings) -> str | None:
 
 
 def create_app_for_settings(
-    settings: Settings, public_base_url: str, webhook_urls: Sequence[str]
+    sandbox: StripeSandboxSettings, stripe: StripeSettings, public_base_url: str, webhook_urls: Sequence[str]
 ) -> Starlette:
     """The sandbox's app, configured by the service's `STRIPE_*` settings."""
     if not SANDBOX_INSTALLED:
         raise SandboxNotInstalled(SANDBOX_MISSING)
-    secret = settings.stripe_webhook_secret[0]
+    secret = stripe.webhook_secrets[0]
     return create_sandbox_app(
         SandboxConfig(
-            api_key=settings.stripe_secret_key.get_secret_value(),
+            api_key=stripe.secret_key.get_secret_value(),
             public_base_url=public_base_url,
             webhook_endpoints=[(url, secret) for url in webhook_urls],
-            persist_path=settings.stripe_sandbox_state_file,
-            adversarial=settings.stripe_sandbox_adversarial,
-            webhook_retry_schedule=settings.stripe_sandbox_webhook_retry_schedule,
-            webhook_ordered=settings.stripe_sandbox_webhook_ordered,
-            rate_limit=settings.stripe_sandbox_rate_limit,
+            persist_path=sandbox.state_file,
+            adversarial=sandbox.adversarial,
+            webhook_retry_schedule=sandbox.webhook_retry_schedule,
+            webhook_ordered=sandbox.webhook_ordered,
+            rate_limit=sandbox.rate_limit,
         )
     )
 
@@ -76,11 +76,14 @@ class EmbeddedSandbox:
 
 
 @asynccontextmanager
-async def embedded_sandbox(settings: Settings) -> AsyncIterator[EmbeddedSandbox]:
-    if problem := sandbox_problem(settings):
+async def embedded_sandbox(
+    sandbox: StripeSandboxSettings, stripe: StripeSettings, service_base_url: str
+) -> AsyncIterator[EmbeddedSandbox]:
+    """Serve the sandbox, posting its webhooks to this service at `service_base_url` over loopback."""
+    if problem := sandbox_problem(stripe):
         raise SandboxNotInstalled(problem)
-    sock = bind_loopback(settings.stripe_sandbox_port)
+    sock = bind_loopback(sandbox.port)
     base = f"http://127.0.0.1:{port_of(sock)}"
-    app = create_app_for_settings(settings, base, [f"{settings.internal_base_url}/webhooks/stripe"])
+    app = create_app_for_settings(sandbox, stripe, base, [f"{service_base_url}/webhooks/stripe"])
     async with serve_in_background(app, sock):
         yield EmbeddedSandbox(api_base=base, sandbox=app.state.sandbox)

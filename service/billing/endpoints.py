@@ -65,7 +65,7 @@ async def open_portal(
         return pages.message("No subscription yet", "You have no subscription to manage yet.")
     try:
         url = await stripe.create_portal_session(
-            customer.customer_id, return_url=f"{settings.public_base_url}/billing/done"
+            customer.customer_id, return_url=f"{settings.http.public_base_url}/billing/done"
         )
     except UntrustedRedirect:
         logger.exception("refused a billing portal redirect from Stripe")

@@ -12,8 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from service.money import format_amount, stripe_amount_problem
-
-DEFAULT_PLANS_FILE = Path(__file__).with_name("default_plans.toml")
+from service.settings.checks import DEFAULT_PLANS_FILE as DEFAULT_PLANS_FILE  # where callers look for it
 
 
 class PlanCatalogError(Exception):

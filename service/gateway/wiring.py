@@ -18,7 +18,7 @@ from service.gateway.tools import check_names, classify, upstream_tools_as_ours
 from service.gateway.upstream import UpstreamClient, UpstreamConfig
 from service.mcp_server.caller import CallerSource
 from service.paywall.toolset import PaidTool, PaywallGate
-from service.settings import Settings
+from service.settings import GatewaySettings
 
 logger = logging.getLogger("service.gateway")
 
@@ -43,7 +43,7 @@ class Gateway:
         return upstream_tools_as_ours(self.upstream, self.tools, self.paid_tools, gate, callers)
 
 
-async def start_gateway(settings: Settings, stack: AsyncExitStack, catalog: PlanCatalog) -> Gateway:
+async def start_gateway(settings: GatewaySettings, stack: AsyncExitStack, catalog: PlanCatalog) -> Gateway:
     """Connect to `UPSTREAM_MCP_URL` and read its tools, or raise `UpstreamUnavailable`.
 
     Start-up fails rather than serving an empty or partial catalog: a paywall that silently lost
@@ -51,17 +51,17 @@ async def start_gateway(settings: Settings, stack: AsyncExitStack, catalog: Plan
     once the upstream is up; after start-up, an unreachable upstream only fails the calls it
     receives, and the tool list stays as read here until the next start.
     """
-    if not settings.upstream_mcp_url:
+    if not settings.url:
         return Gateway()
     config = UpstreamConfig(
-        url=settings.upstream_mcp_url,
-        authorization=_secret(settings.upstream_mcp_authorization),
-        user_header_secret=_secret(settings.upstream_user_header_secret),
-        timeout_seconds=settings.upstream_timeout_seconds,
+        url=settings.url,
+        authorization=_secret(settings.authorization),
+        user_header_secret=_secret(settings.user_header_secret),
+        timeout_seconds=settings.timeout_seconds,
     )
     upstream = UpstreamClient(config, httpx2.AsyncHTTPTransport())
     stack.push_async_callback(upstream.aclose)
-    classified = classify(await upstream.list_tools(), catalog, settings.upstream_free_tools)
+    classified = classify(await upstream.list_tools(), catalog, settings.free_tools)
     if classified.unclassified:
         logger.warning(
             "gateway: not serving upstream tools %s: list each in UPSTREAM_FREE_TOOLS or in a plan's tools",

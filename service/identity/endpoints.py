@@ -164,7 +164,7 @@ async def login_submit(
         return _login_page(
             form_pages, login, error="Wrong username or password.", username=username, status_code=401
         )
-    ttl = settings.browser_session_ttl_seconds
+    ttl = settings.identity.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
     # Signing in is not consenting: an authorization goes on to the consent page.
     target = (
@@ -272,7 +272,7 @@ async def consent_form(
     if await oauth.consent_remembered(session, pending, user):
         target = await oauth.complete_authorization(session, pending, user)
         return RedirectResponse(target, status_code=303)
-    refresh_days = max(1, settings.refresh_token_ttl_seconds // 86400)
+    refresh_days = max(1, settings.identity.refresh_token_ttl_seconds // 86400)
     return _consent_page(form_pages, refresh_days, asked, user)
 
 

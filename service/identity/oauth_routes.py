@@ -82,8 +82,8 @@ async def authorization_server_metadata(request: Request) -> Response:
     # Through AuthSettings, so the issuer is spelled exactly as the SDK spells it in tokens' `iss`.
     auth = AuthSettings.model_validate(
         {
-            "issuer_url": settings.public_base_url,
-            "resource_server_url": settings.mcp_resource_url,
+            "issuer_url": settings.http.public_base_url,
+            "resource_server_url": settings.http.mcp_resource_url,
             "validate_token_resource": True,
         }
     )

@@ -25,7 +25,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from service.settings import PasswordHashingSettings
 
 _T = TypeVar("_T")
 
@@ -57,13 +57,13 @@ class PasswordHashing:
         self._dummy_hash: str | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> PasswordHashing:
+    def from_settings(cls, settings: PasswordHashingSettings) -> PasswordHashing:
         return cls(
-            time_cost=settings.password_hash_time_cost,
-            memory_kib=settings.password_hash_memory_kib,
-            parallelism=settings.password_hash_parallelism,
-            concurrency=settings.password_hash_concurrency,
-            queue=settings.password_hash_queue,
+            time_cost=settings.time_cost,
+            memory_kib=settings.memory_kib,
+            parallelism=settings.parallelism,
+            concurrency=settings.concurrency,
+            queue=settings.queue,
         )
 
     def close(self) -> None:

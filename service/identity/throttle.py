@@ -19,7 +19,7 @@ from ipaddress import IPv6Address, ip_address, ip_network
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from service.settings import Settings
+    from service.settings import SignInSettings
 
 # Lockouts stop doubling after this many steps; the cap is reached long before on any setting.
 _MAX_DOUBLINGS = 30
@@ -42,14 +42,14 @@ class ThrottlePolicy:
     max_entries: int
 
 
-def throttle_policy(settings: Settings) -> ThrottlePolicy:
+def throttle_policy(settings: SignInSettings) -> ThrottlePolicy:
     return ThrottlePolicy(
-        account_failures=settings.sign_in_account_failures,
-        ip_failures=settings.sign_in_ip_failures,
-        lockout_seconds=settings.sign_in_lockout_seconds,
-        lockout_max_seconds=settings.sign_in_lockout_max_seconds,
-        memory_seconds=settings.sign_in_failure_memory_seconds,
-        max_entries=settings.sign_in_throttle_entries,
+        account_failures=settings.account_failures,
+        ip_failures=settings.ip_failures,
+        lockout_seconds=settings.lockout_seconds,
+        lockout_max_seconds=settings.lockout_max_seconds,
+        memory_seconds=settings.failure_memory_seconds,
+        max_entries=settings.throttle_entries,
     )
 
 

@@ -27,7 +27,7 @@ from service.mcp_server.event_store import SessionEventStore, SessionScopes
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
-from service.settings import Settings
+from service.settings import McpSettings, Settings
 
 
 def _auth(
@@ -42,8 +42,8 @@ def _auth(
             "token_verifier": external,
             "auth": AuthSettings.model_validate(
                 {
-                    "issuer_url": settings.oidc_issuer,
-                    "resource_server_url": settings.mcp_resource_url,
+                    "issuer_url": settings.oidc.issuer,
+                    "resource_server_url": settings.http.mcp_resource_url,
                     "validate_token_resource": False,
                 }
             ),
@@ -53,8 +53,8 @@ def _auth(
         "auth": AuthSettings.model_validate(
             {
                 # Strings, not AnyHttpUrl: the SDK keeps a path-less issuer without a trailing slash.
-                "issuer_url": settings.public_base_url,
-                "resource_server_url": settings.mcp_resource_url,
+                "issuer_url": settings.http.public_base_url,
+                "resource_server_url": settings.http.mcp_resource_url,
                 "validate_token_resource": True,
                 "client_registration_options": ClientRegistrationOptions(enabled=False),
                 "revocation_options": RevocationOptions(enabled=False),
@@ -73,7 +73,7 @@ def build_mcp_server(
 ) -> MCPServer:
     """`tools`: prebuilt registry entries (the gateway's upstream tools), served next to ours."""
     server: MCPServer = MCPServer(
-        settings.mcp_server_name,
+        settings.mcp.server_name,
         tools=list(tools),
         version=__version__,
         instructions=(
@@ -82,13 +82,13 @@ def build_mcp_server(
         **_auth(settings, oauth, external),
         # Shared keys and a fixed audience let any replica open state another replica sealed.
         request_state_security=RequestStateSecurity(
-            keys=settings.request_state_keys, audience=settings.mcp_server_name
+            keys=settings.mcp.request_state_keys, audience=settings.mcp.server_name
         ),
-        log_level=settings.log_level,
+        log_level=settings.observability.log_level,
     )
     # Measured workarounds (service/compat/mcp.py), each off on an SDK version it was not checked on.
-    if settings.mcp_sdk_workarounds:
-        if not settings.mcp_otel_spans:
+    if settings.mcp.sdk_workarounds:
+        if not settings.mcp.otel_spans:
             drop_otel_spans(server)
         check_only_declared_headers(server)
     register_free_tools(server, sessions, callers)
@@ -108,15 +108,15 @@ class McpHttp:
     events: SessionEventStore | None  # what resumable SSE streams keep; None when they are off
 
 
-def event_store(settings: Settings) -> SessionEventStore | None:
+def event_store(mcp: McpSettings) -> SessionEventStore | None:
     """The store that makes POST SSE streams resumable, when they are on and there are streams."""
-    if not settings.mcp_resumable_streams or settings.mcp_json_response:
+    if not mcp.resumable_streams or mcp.json_response:
         return None
     return SessionEventStore(
-        events_per_stream=settings.mcp_resumable_events_per_stream,
-        streams_per_session=settings.mcp_resumable_streams_per_session,
-        max_age_seconds=settings.mcp_resumable_seconds,
-        max_bytes=settings.mcp_resumable_max_bytes,
+        events_per_stream=mcp.resumable_events_per_stream,
+        streams_per_session=mcp.resumable_streams_per_session,
+        max_age_seconds=mcp.resumable_seconds,
+        max_bytes=mcp.resumable_max_bytes,
     )
 
 
@@ -124,28 +124,28 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
     """The SDK's Streamable HTTP app (which also creates `server.session_manager`), and `/mcp` built
     from the SDK's public pieces with ours between them: behind authentication, the per-user
     session cap, then the JSON-RPC shape check (only a signed-in caller's body is parsed twice)."""
-    events = event_store(settings)
+    events = event_store(settings.mcp)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
-        json_response=settings.mcp_json_response,
+        json_response=settings.mcp.json_response,
         event_store=events,
-        retry_interval=settings.mcp_sse_retry_ms if events is not None else None,
+        retry_interval=settings.mcp.sse_retry_ms if events is not None else None,
         transport_security=TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=settings.transport_allowed_hosts,
             allowed_origins=settings.transport_allowed_origins,
         ),
-        host=settings.host,
-        session_idle_timeout=settings.mcp_session_idle_seconds,
+        host=settings.http.host,
+        session_idle_timeout=settings.mcp.session_idle_seconds,
     )
     auth = server.settings.auth
     if auth is None:
         raise RuntimeError("the MCP server was built without authentication")
     sessions = LegacySessions(
-        max_per_user=settings.max_legacy_sessions_per_user, idle_timeout=settings.mcp_session_idle_seconds
+        max_per_user=settings.mcp.max_legacy_sessions_per_user, idle_timeout=settings.mcp.session_idle_seconds
     )
     transport: ASGIApp = JsonRpcGuard(
-        StreamableHTTPASGIApp(server.session_manager), max_depth=settings.max_json_depth
+        StreamableHTTPASGIApp(server.session_manager), max_depth=settings.http.max_json_depth
     )
     if events is not None:
         transport = SessionScopes(transport, events)

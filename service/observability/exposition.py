@@ -1,6 +1,6 @@
 """Serving `/metrics`: on the main app (METRICS_PORT=0) or on a listener of its own.
 
-Where it is served, and whether at all, is `Settings.metrics_enabled` / `metrics_port`: in
+Where it is served, and whether at all, is `Settings.observability.metrics_enabled` / `metrics_port`: in
 development it is on the main port; in production it is off unless METRICS_PORT names a separate
 port (kept out of the Service and Ingress, scraped on the pod IP) or METRICS_ENABLED=true asks for
 it on the main port, which then has to be blocked at the ingress.

@@ -20,7 +20,7 @@ from service import DISTRIBUTION, __version__
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
 
-    from service.settings import Settings
+    from service.settings import ObservabilitySettings
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +31,9 @@ TRACES_PATH = "/v1/traces"  # what OTLP/HTTP appends to the base endpoint for sp
 FLUSH_TIMEOUT_MILLIS = 2000
 
 
-def tracer_provider(settings: Settings) -> TracerProvider | None:
+def tracer_provider(observability: ObservabilitySettings, service_name: str) -> TracerProvider | None:
     """An SDK provider exporting to the configured collector; None when tracing is off."""
-    endpoint = settings.otel_exporter_otlp_endpoint
+    endpoint = observability.otel_exporter_otlp_endpoint
     if not endpoint:
         return None
     try:
@@ -46,7 +46,7 @@ def tracer_provider(settings: Settings) -> TracerProvider | None:
             "OTEL_EXPORTER_OTLP_ENDPOINT is set but the otel extra is not installed: tracing is off"
         )
         return None
-    resource = Resource.create({"service.name": settings.mcp_server_name, "service.version": __version__})
+    resource = Resource.create({"service.name": service_name, "service.version": __version__})
     provider = TracerProvider(resource=resource)
     exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + TRACES_PATH)
     provider.add_span_processor(BatchSpanProcessor(exporter))

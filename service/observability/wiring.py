@@ -15,7 +15,7 @@ from service.observability.mcp_middleware import ToolCallObserver
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.pg_bus import PostgresBus
-from service.settings import Settings
+from service.settings import ObservabilitySettings
 
 logger = logging.getLogger("service.metrics")
 
@@ -35,14 +35,23 @@ def watch_resources(
 
 
 async def install_observability(
-    settings: Settings, mcp: MCPServer, metrics: ServiceMetrics, stack: AsyncExitStack
+    observability: ObservabilitySettings,
+    mcp: MCPServer,
+    metrics: ServiceMetrics,
+    stack: AsyncExitStack,
+    *,
+    served: bool,
+    host: str,
 ) -> None:
-    """Call after the tools are installed: tool names are fixed from here on."""
+    """Call after the tools are installed: tool names are fixed from here on.
+
+    `served` says whether `/metrics` is served at all; with a `METRICS_PORT`, on its own listener at `host`.
+    """
     tools = frozenset(tool.name for tool in await mcp.list_tools())
     metrics.declare_tools(tools)
     mcp.middleware.append(ToolCallObserver(metrics, tools.__contains__))
-    if settings.metrics_served and settings.metrics_port:
+    if served and observability.metrics_port:
         port = await stack.enter_async_context(
-            serve_metrics(metrics.registry, settings.host, settings.metrics_port)
+            serve_metrics(metrics.registry, host, observability.metrics_port)
         )
-        logger.info("metrics served on %s:%d/metrics", settings.host, port)
+        logger.info("metrics served on %s:%d/metrics", host, port)

@@ -201,7 +201,7 @@ async def payment_page(
         return payable
     checked, plan = payable
     await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
-    grace = timedelta(seconds=checks.settings.past_due_grace_seconds)
+    grace = timedelta(seconds=checks.settings.billing.past_due_grace_seconds)
     owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
     return checks.form_pages.render(
         "pay.html",
@@ -237,7 +237,7 @@ async def _checkouts_exceeded(
 ) -> Response | None:
     """429 (and an audit row) once the user started `MAX_CHECKOUTS_PER_HOUR` checkouts of any kind."""
     checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user_id, CHECKOUT_WINDOW)
-    if checkouts < checks.settings.max_checkouts_per_hour:
+    if checkouts < checks.settings.paywall.max_checkouts_per_hour:
         return None
     await record(
         session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="checkout"
@@ -278,8 +278,8 @@ async def _pay_attempts_exceeded(
         session, AuditKind.CHECKOUT_ATTEMPT, user_id, PAY_ATTEMPT_WINDOW, elicitation_id=elicitation_id
     )
     if (
-        by_user >= settings.max_pay_attempts_per_user_per_hour
-        or by_elicitation >= settings.max_pay_attempts_per_elicitation_per_hour
+        by_user >= settings.paywall.max_pay_attempts_per_user_per_hour
+        or by_elicitation >= settings.paywall.max_pay_attempts_per_elicitation_per_hour
     ):
         await record(
             session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="pay"
@@ -311,7 +311,7 @@ async def _read_checkout_plan(
         if refused is not None:
             return refused
         # Fresh from the database, not the paywall's cache: a payment confirmed seconds ago counts.
-        grace = timedelta(seconds=checks.settings.past_due_grace_seconds)
+        grace = timedelta(seconds=checks.settings.billing.past_due_grace_seconds)
         entitled = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
         if _covers(checks.paywall, elicitation, plan, entitled):
             return checks.pages.message(
@@ -354,7 +354,7 @@ async def _existing_payment(
     if live_plans:
         # A second subscription would bill twice: change the plan of the one there is instead.
         url = await gateway.create_portal_session(
-            found.customer_id, return_url=f"{checks.settings.public_base_url}/pay/{elicitation.id}"
+            found.customer_id, return_url=f"{checks.settings.http.public_base_url}/pay/{elicitation.id}"
         )
         return RedirectResponse(url, status_code=303)
     return None
@@ -385,7 +385,7 @@ async def start_checkout(
         now = utcnow()
         lifetime = min(max(elicitation.expires_at - now, CHECKOUT_MIN_LIFETIME), CHECKOUT_MAX_LIFETIME)
         attempt = elicitation.checkout_attempt + 1
-        base = checks.settings.public_base_url
+        base = checks.settings.http.public_base_url
         checkout = await gateway.create_checkout_session(
             CheckoutRequest(
                 customer_id=customer_id,
@@ -466,7 +466,7 @@ async def buy_credits(
     attempt = elicitation.checkout_attempt + 1
     try:
         customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
-        base = checks.settings.public_base_url
+        base = checks.settings.http.public_base_url
         checkout = await gateway.create_credit_checkout_session(
             CreditCheckoutRequest(
                 customer_id=customer_id,
@@ -575,8 +575,8 @@ async def restart_expired(
         fresh = await restart(
             session,
             old,
-            ttl=timedelta(seconds=checks.settings.elicitation_ttl_seconds),
-            max_new_per_hour=checks.settings.max_elicitations_per_hour,
+            ttl=timedelta(seconds=checks.settings.paywall.elicitation_ttl_seconds),
+            max_new_per_hour=checks.settings.paywall.max_elicitations_per_hour,
             metrics=metrics,
         )
     except RateLimited as exc:

@@ -48,8 +48,8 @@ async def elicitation(
         tool_name=tool,
         protocol_era=era,
         mcp_session_id=mcp_session_id,
-        ttl=timedelta(seconds=settings.elicitation_ttl_seconds),
-        max_new_per_hour=settings.max_elicitations_per_hour,
+        ttl=timedelta(seconds=settings.paywall.elicitation_ttl_seconds),
+        max_new_per_hour=settings.paywall.max_elicitations_per_hour,
     )
     async with service.runtime.sessions() as session, session.begin():
         row, _ = await open_or_reuse(session, request)

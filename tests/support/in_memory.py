@@ -96,4 +96,6 @@ async def run_in_memory(database_url: str, **overrides: Any) -> AsyncIterator[In
     callers = TestCallers()
     app = create_app(settings, callers=callers)
     async with lifespan_running(app):
-        yield InMemoryService(base_url=settings.public_base_url, settings=settings, app=app, callers=callers)
+        yield InMemoryService(
+            base_url=settings.http.public_base_url, settings=settings, app=app, callers=callers
+        )

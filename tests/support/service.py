@@ -35,7 +35,7 @@ CHEAP_PASSWORD_HASHING = {
 
 
 def cheap_password_hashing() -> PasswordHashing:
-    return PasswordHashing.from_settings(Settings(_env_file=None, **CHEAP_PASSWORD_HASHING))  # type: ignore[call-arg]
+    return PasswordHashing.from_settings(Settings(_env_file=None, **CHEAP_PASSWORD_HASHING).password_hashing)  # type: ignore[call-arg]
 
 
 def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
@@ -100,7 +100,11 @@ class RunningService:
     ) -> identity.IssuedToken:
         async with self._session() as session:
             return await identity.create_personal_token(
-                session, username, resource=resource or self.settings.mcp_resource_url, label="test", ttl=ttl
+                session,
+                username,
+                resource=resource or self.settings.http.mcp_resource_url,
+                label="test",
+                ttl=ttl,
             )
 
     async def revoke(self, token_id: str) -> bool:

@@ -9,7 +9,7 @@ import stripe
 
 from service.billing.stripe_sync.stripe_events import MalformedEvent, StripeEventData
 from service.json_bounds import JsonTooDeep, loads_bounded
-from service.settings import Settings
+from service.settings import StripeSettings
 
 SIGNATURE_TOLERANCE_SECONDS = 300
 
@@ -25,13 +25,13 @@ class WebhookChecks:
     max_json_depth: int = 64
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> WebhookChecks:
+    def from_settings(cls, stripe: StripeSettings, *, max_json_depth: int) -> WebhookChecks:
         return cls(
-            secrets=settings.stripe_webhook_secret,
-            livemode=key_is_live(settings.stripe_secret_key.get_secret_value()),
-            tolerance_seconds=settings.webhook_tolerance_seconds,
-            future_skew_seconds=settings.webhook_future_skew_seconds,
-            max_json_depth=settings.max_json_depth,
+            secrets=stripe.webhook_secrets,
+            livemode=key_is_live(stripe.secret_key.get_secret_value()),
+            tolerance_seconds=stripe.webhook_tolerance_seconds,
+            future_skew_seconds=stripe.webhook_future_skew_seconds,
+            max_json_depth=max_json_depth,
         )
 
 

@@ -15,7 +15,7 @@ from service.billing.stripe_sync.processor import WebhookProcessor
 from service.billing.stripe_sync.reconciler import Reconciler
 from service.db.engine import SessionFactory
 from service.observability.metrics import ServiceMetrics
-from service.settings import Settings
+from service.settings import BillingSettings
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class StripeSync:
 
 
 def build_stripe_sync(
-    settings: Settings,
+    billing: BillingSettings,
     catalog: PlanCatalog,
     requests: PaymentRequests[Any],
     sessions: SessionFactory,
@@ -44,8 +44,8 @@ def build_stripe_sync(
             applier,
             requests,
             events,
-            lookback=timedelta(days=settings.reconcile_lookback_days),
-            steps_per_second=settings.reconcile_steps_per_second,
+            lookback=timedelta(days=billing.reconcile_lookback_days),
+            steps_per_second=billing.reconcile_steps_per_second,
             metrics=metrics,
         ),
     )

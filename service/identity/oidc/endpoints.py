@@ -34,7 +34,7 @@ async def oidc_callback(
         )
         login.forget(page)
         return page
-    ttl = settings.browser_session_ttl_seconds
+    ttl = settings.identity.browser_session_ttl_seconds
     secret = await identity.start_browser_session(session, signed_in.user, timedelta(seconds=ttl))
     response = RedirectResponse(signed_in.next_path, status_code=303)
     cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)

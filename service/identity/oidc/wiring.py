@@ -14,7 +14,7 @@ from service.identity.oidc.identities import ExternalIdentities
 from service.identity.oidc.login import CALLBACK_PATH, OidcLogin
 from service.identity.oidc.tokens import IntrospectedTokens, JwtAccessTokens
 from service.identity.oidc.verifier import ExternalTokenVerifier, TokenValidator
-from service.settings import Settings
+from service.settings import HttpSettings, IdentitySettings, OidcSettings
 from service.web.cookies import CookiePolicy
 
 
@@ -27,36 +27,38 @@ class ExternalIdentityProvider:
 
 
 async def start_external_identity(
-    settings: Settings,
+    oidc: OidcSettings,
+    http: HttpSettings,
+    identity: IdentitySettings,
     stack: AsyncExitStack,
     sessions: SessionFactory,
     own_tokens: DatabaseOAuthProvider,
     cookies: CookiePolicy,
 ) -> ExternalIdentityProvider | None:
     """None without OIDC_ISSUER; otherwise discovery must succeed, or the service does not start."""
-    if settings.oidc_issuer is None:
+    if oidc.issuer is None:
         return None
-    assert settings.oidc_client_id is not None  # Settings refuses OIDC_ISSUER without a client
-    assert settings.oidc_client_secret is not None
-    client_secret = settings.oidc_client_secret.get_secret_value()
-    http = httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False)
-    stack.push_async_callback(http.aclose)
-    metadata = await discover(http, settings.oidc_issuer)
-    keys = JwksCache(http, metadata.jwks_uri, min_refresh_seconds=settings.oidc_jwks_min_refresh_seconds)
+    assert oidc.client_id is not None  # Settings refuses OIDC_ISSUER without a client
+    assert oidc.client_secret is not None
+    client_secret = oidc.client_secret.get_secret_value()
+    client = httpx.AsyncClient(timeout=httpx.Timeout(10.0), follow_redirects=False)
+    stack.push_async_callback(client.aclose)
+    metadata = await discover(client, oidc.issuer)
+    keys = JwksCache(client, metadata.jwks_uri, min_refresh_seconds=oidc.jwks_min_refresh_seconds)
     identities = ExternalIdentities(sessions)
-    audience = settings.oidc_expected_audience
+    audience = oidc.expected_audience(http.mcp_resource_url)
     validator: TokenValidator
-    if settings.oidc_introspection:
+    if oidc.introspection:
         if metadata.introspection_endpoint is None:
             raise DiscoveryError(
                 "OIDC_INTROSPECTION is set but the issuer advertises no introspection_endpoint"
             )
         validator = IntrospectedTokens(
-            http,
+            client,
             metadata.introspection_endpoint,
             issuer=metadata.issuer,
             audience=audience,
-            client_id=settings.oidc_client_id,
+            client_id=oidc.client_id,
             client_secret=client_secret,
         )
     else:
@@ -64,18 +66,18 @@ async def start_external_identity(
             keys, issuer=metadata.issuer, audience=audience, algorithms=metadata.algorithms
         )
     verifier = ExternalTokenVerifier(
-        validator, identities, own_tokens, audience=audience, cache_seconds=settings.token_cache_seconds
+        validator, identities, own_tokens, audience=audience, cache_seconds=identity.token_cache_seconds
     )
     login = OidcLogin(
-        http,
+        client,
         metadata,
         keys,
         identities,
         cookies,
-        client_id=settings.oidc_client_id,
+        client_id=oidc.client_id,
         client_secret=client_secret,
-        redirect_uri=settings.public_base_url + CALLBACK_PATH,
-        scopes=settings.oidc_scopes,
-        secret_key=settings.secret_key.get_secret_value(),
+        redirect_uri=http.public_base_url + CALLBACK_PATH,
+        scopes=oidc.scopes,
+        secret_key=http.secret_key.get_secret_value(),
     )
     return ExternalIdentityProvider(verifier=verifier, login=login, keys=keys, identities=identities)

@@ -82,7 +82,7 @@ async def test_sync_plans_and_a_paid_call_against_another_stripe(database_url: s
             stripe_api_base=stripe_base,
             stripe_webhook_secret=WEBHOOK_SECRET,
         )
-        assert not settings.embedded_stripe_sandbox
+        assert not settings.stripe.embedded_sandbox
         async with run_service_on(settings, service_socket) as service:
             assert service.runtime.sandbox is None
             await service.add_user("una")

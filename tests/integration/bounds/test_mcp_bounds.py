@@ -104,7 +104,7 @@ def mcp_headers(token: str) -> dict[str, str]:
 
 async def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(service: RunningService) -> None:
     token = await signed_in(service, "big-declared")
-    declared = service.settings.max_request_body_bytes + 1
+    declared = service.settings.http.max_request_body_bytes + 1
     status, body = await post_unfinished(
         service.base_url, "/mcp", mcp_headers(token), declared_length=declared
     )
@@ -115,7 +115,7 @@ async def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(servi
 async def test_a_chunked_body_over_the_limit_is_refused_before_it_ends(service: RunningService) -> None:
     """Over this service's limit and under the SDK's own (4 MiB), which would wait for the rest."""
     token = await signed_in(service, "big-chunked")
-    chunks = [b" " * (64 * 1024)] * (service.settings.max_request_body_bytes // (64 * 1024) + 2)
+    chunks = [b" " * (64 * 1024)] * (service.settings.http.max_request_body_bytes // (64 * 1024) + 2)
     status, body = await post_unfinished(service.base_url, "/mcp", mcp_headers(token), chunks=chunks)
     assert status == 413
     assert json.loads(body)["error"] == "request_too_large"
@@ -199,7 +199,7 @@ async def test_a_usable_request_still_runs_behind_the_checks(service: RunningSer
 
 @pytest.mark.parametrize("path", ["/register", "/login"])
 async def test_other_routes_refuse_an_oversize_body_too(service: RunningService, path: str) -> None:
-    declared = service.settings.max_request_body_bytes + 1
+    declared = service.settings.http.max_request_body_bytes + 1
     status, body = await post_unfinished(
         service.base_url, path, {"Content-Type": "application/json"}, declared_length=declared
     )

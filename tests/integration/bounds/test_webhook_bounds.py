@@ -63,7 +63,7 @@ async def test_every_rejection_answers_the_same_generic_400(service: RunningServ
 
 
 async def test_a_signature_dated_beyond_the_future_skew_is_refused(service: RunningService) -> None:
-    skew = service.settings.webhook_future_skew_seconds
+    skew = service.settings.stripe.webhook_future_skew_seconds
     ahead = event_body("evt_future", "invoice.created", INVOICE)
     status, answer = await post_webhook(
         service, ahead, signed(service, ahead, at=int(time.time()) + skew + 3600)
@@ -113,7 +113,7 @@ async def test_deeply_nested_signed_json_is_a_400(service: RunningService, depth
 
 
 async def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(service: RunningService) -> None:
-    declared = service.settings.max_webhook_body_bytes + 1
+    declared = service.settings.http.max_webhook_body_bytes + 1
     status, body = await post_unfinished(
         service.base_url, WEBHOOK_PATH, {"Stripe-Signature": "t=1,v1=00"}, declared_length=declared
     )
@@ -122,7 +122,7 @@ async def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(servi
 
 
 async def test_a_chunked_body_over_the_limit_is_refused_before_it_ends(service: RunningService) -> None:
-    chunks = [b" " * (64 * 1024)] * (service.settings.max_webhook_body_bytes // (64 * 1024) + 2)
+    chunks = [b" " * (64 * 1024)] * (service.settings.http.max_webhook_body_bytes // (64 * 1024) + 2)
     status, body = await post_unfinished(
         service.base_url, WEBHOOK_PATH, {"Stripe-Signature": "t=1,v1=00"}, chunks=chunks
     )

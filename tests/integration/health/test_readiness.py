@@ -40,7 +40,7 @@ async def test_a_database_ahead_of_the_code_is_ready(
 
 
 async def test_a_database_behind_the_code_is_not_ready(service: RunningService) -> None:
-    url = service.settings.database_url
+    url = service.settings.database.url
     older = sorted(known_revisions(url) - {head_revision(url)})[0]
     async with service.http() as http:
         assert (await http.get("/readyz")).status_code == 200

@@ -28,8 +28,8 @@ async def cli(service: RunningService, *args: str, stdin: str = "") -> subproces
     keep running (a blocking wait would freeze it mid-transaction and lock the CLI out)."""
     env = {
         **os.environ,
-        "DATABASE_URL": service.settings.database_url,
-        "PUBLIC_BASE_URL": service.settings.public_base_url,
+        "DATABASE_URL": service.settings.database.url,
+        "PUBLIC_BASE_URL": service.settings.http.public_base_url,
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -54,7 +54,7 @@ async def test_expired_token(uncached_service: RunningService) -> None:
     await service.add_user("kim")
     issued = await service.personal_token("kim", ttl=timedelta(seconds=60))
     assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200
-    engine = create_engine(service.settings.database_url)
+    engine = create_engine(service.settings.database.url)
     try:
         async with create_session_factory(engine)() as session, session.begin():
             token = await session.get(Token, issued.token.id)
@@ -95,8 +95,8 @@ async def test_token_for_this_resource_spelled_differently_is_accepted(
 ) -> None:
     """The resource is compared as a URL, as the SDK's own check does, and each verdict is cached."""
     await service.add_user("mona")
-    resource = spelling(service.settings.mcp_resource_url)
-    assert resource != service.settings.mcp_resource_url
+    resource = spelling(service.settings.http.mcp_resource_url)
+    assert resource != service.settings.http.mcp_resource_url
     issued = await service.personal_token("mona", resource=resource)
     for _ in range(2):
         assert (await post_initialize(service, f"Bearer {issued.secret}"))[0] == 200

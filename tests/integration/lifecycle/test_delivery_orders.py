@@ -188,7 +188,7 @@ async def deliver_and_reconcile(history: History, database_url: str, order: list
         catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
         tools = PaidToolIndex(catalog, example_tools.paid_tools)
         sync = build_stripe_sync(
-            Settings(_env_file=None),  # type: ignore[call-arg]
+            Settings(_env_file=None).billing,  # type: ignore[call-arg]
             catalog,
             ElicitationRequests(tools),
             sessions,

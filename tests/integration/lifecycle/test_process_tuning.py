@@ -52,7 +52,7 @@ async def test_the_serve_wrapper_tunes_the_process_while_the_app_runs(database_u
     with untuned_process() as (threshold, frozen):
         sock = bound_socket()
         settings = make_settings(database_url, port_of(sock), gc_gen0_threshold=12_345)
-        async with serve(ProcessTuning(create_app(settings), settings), sock):
+        async with serve(ProcessTuning(create_app(settings), settings.tuning), sock):
             assert gc.get_freeze_count() > 10_000, "the start-up heap is out of the collector's walks"
             assert gc.get_threshold()[0] == 12_345
             assert sniffio.thread_local.name == "asyncio"
@@ -64,7 +64,7 @@ async def test_the_serve_wrapper_can_leave_the_collector_alone(database_url: str
     with untuned_process() as (threshold, frozen):
         sock = bound_socket()
         settings = make_settings(database_url, port_of(sock), gc_freeze=False)
-        async with serve(ProcessTuning(create_app(settings), settings), sock):
+        async with serve(ProcessTuning(create_app(settings), settings.tuning), sock):
             assert gc.get_threshold() == threshold
             assert gc.get_freeze_count() == frozen
             assert sniffio.thread_local.name == "asyncio"

@@ -156,9 +156,9 @@ async def test_reconciliation_revokes_what_a_missed_cancellation_left(
 
 async def cli(service: RunningService, *args: str) -> tuple[int, str, str]:
     env = {
-        "DATABASE_URL": service.settings.database_url,
+        "DATABASE_URL": service.settings.database.url,
         "STRIPE_SECRET_KEY": KEY,
-        "STRIPE_API_BASE": service.settings.stripe_api_base or "",
+        "STRIPE_API_BASE": service.settings.stripe.api_base or "",
     }
     done = await run_cli(*args, env=env)
     return done.returncode, done.stdout, done.stderr

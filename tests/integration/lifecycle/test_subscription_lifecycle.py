@@ -145,7 +145,7 @@ async def test_dispute_revokes(service: RunningService) -> None:
 
 async def post_signed(service: RunningService, event: dict[str, object]) -> int:
     body = json.dumps(event, default=str).encode()
-    signature = sign_webhook_payload(body, service.settings.stripe_webhook_secret[0], int(time.time()))
+    signature = sign_webhook_payload(body, service.settings.stripe.webhook_secrets[0], int(time.time()))
     async with service.http() as http:
         response = await http.post("/webhooks/stripe", content=body, headers={"Stripe-Signature": signature})
     return response.status_code

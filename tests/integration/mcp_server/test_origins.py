@@ -19,11 +19,11 @@ async def initialize_from(service: RunningService, origin: str, token: str) -> i
 async def test_development_accepts_this_ports_loopback_origins(service: RunningService, host: str) -> None:
     await service.add_user("alice")
     token = (await service.personal_token("alice")).secret
-    assert await initialize_from(service, f"http://{host}:{service.settings.port}", token) == 200
+    assert await initialize_from(service, f"http://{host}:{service.settings.http.port}", token) == 200
 
 
 async def test_other_origins_are_refused(service: RunningService) -> None:
     await service.add_user("alice")
     token = (await service.personal_token("alice")).secret
     assert await initialize_from(service, "http://evil.example", token) == 403
-    assert await initialize_from(service, f"http://localhost:{service.settings.port + 1}", token) == 403
+    assert await initialize_from(service, f"http://localhost:{service.settings.http.port + 1}", token) == 403

@@ -20,5 +20,5 @@ async def test_server_info_carries_the_package_version(
         info = client.server_info
         assert client.protocol_version == protocol
     assert info is not None
-    assert info.name == service.settings.mcp_server_name
+    assert info.name == service.settings.mcp.server_name
     assert info.version == version("paid-mcp-service")

@@ -82,7 +82,7 @@ async def test_no_secret_reaches_a_log_line(database_url: str) -> None:
                 }
             ).encode()
             signature = sign_webhook_payload(
-                body, service.settings.stripe_webhook_secret[0], int(time.time())
+                body, service.settings.stripe.webhook_secrets[0], int(time.time())
             )
             forged = sign_webhook_payload(body, "whsec_forged", int(time.time()))
             async with service.http() as http:
@@ -113,7 +113,7 @@ async def test_no_secret_reaches_a_log_line(database_url: str) -> None:
         "card number": GOOD_CARD,
         "webhook signature": signature.split("v1=")[1],
         "forged signature": forged.split("v1=")[1],
-        "webhook secret": service.settings.stripe_webhook_secret[0],
+        "webhook secret": service.settings.stripe.webhook_secrets[0],
         "webhook body": canary,
     }
     for what, secret in secrets.items():

@@ -60,7 +60,9 @@ def attributes(span: Span) -> dict[str, object]:
 
 
 def test_no_endpoint_no_tracing_and_only_http_endpoints() -> None:
-    assert tracer_provider(make_settings("sqlite:///unused.db", 8000)) is None
+    assert (
+        tracer_provider(make_settings("sqlite:///unused.db", 8000).observability, "paid-mcp-service") is None
+    )
     for endpoint in ("file:///etc/passwd", "collector:4318", "http://a b"):
         with pytest.raises(ValidationError):
             make_settings("sqlite:///unused.db", 8000, otel_exporter_otlp_endpoint=endpoint)
@@ -71,7 +73,7 @@ async def test_requests_are_exported_as_spans_and_logged_with_their_trace_id(dat
     async with serve(collector.app, bound_socket(), lifespan="off") as collector_url:
         sock = bound_socket()
         settings = make_settings(database_url, port_of(sock), otel_exporter_otlp_endpoint=collector_url)
-        provider = tracer_provider(settings)
+        provider = tracer_provider(settings.observability, settings.mcp.server_name)
         assert provider is not None
         app = create_app(settings, tracer=provider.get_tracer(TRACER_NAME))
         try:

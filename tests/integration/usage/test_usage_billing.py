@@ -252,10 +252,10 @@ async def test_report_usage_command_sends_and_compares(service: RunningService) 
         await ran(client)
         await ran(client, "ascii_chart")
     env = {
-        "DATABASE_URL": service.settings.database_url,
-        "STRIPE_SECRET_KEY": service.settings.stripe_secret_key.get_secret_value(),
+        "DATABASE_URL": service.settings.database.url,
+        "STRIPE_SECRET_KEY": service.settings.stripe.secret_key.get_secret_value(),
         "STRIPE_API_BASE": service.sandbox.config.public_base_url,
-        "PLANS_FILE": str(service.settings.plans_file),
+        "PLANS_FILE": str(service.settings.billing.plans_file),
     }
     done = await run_cli("stripe", "report-usage", "--hours", "1", env=env)
     assert done.returncode == 0, done.stderr

@@ -51,7 +51,7 @@ async def post_webhook(
 
 def signed(service: RunningService, body: bytes, *, secret: str | None = None, at: int | None = None) -> str:
     return sign_webhook_payload(
-        body, secret or service.settings.stripe_webhook_secret[0], at or int(time.time())
+        body, secret or service.settings.stripe.webhook_secrets[0], at or int(time.time())
     )
 
 

@@ -88,7 +88,7 @@ def settings(**values: object) -> Settings:
     ["http://127.0.0.1:9000/mcp", "http://localhost:9000/mcp", "http://[::1]/mcp", "https://x.example/mcp"],
 )
 def test_development_accepts_https_and_loopback_http(url: str) -> None:
-    assert settings(upstream_mcp_url=url).upstream_mcp_url == url
+    assert settings(upstream_mcp_url=url).gateway.url == url
 
 
 @pytest.mark.parametrize("url", ["http://tools.example.com/mcp", "ftp://127.0.0.1/mcp", "/mcp"])
@@ -117,4 +117,4 @@ def test_production_gateway_requires_the_signed_user_header() -> None:
     with pytest.raises(ConfigurationError, match="UPSTREAM_USER_HEADER_SECRET is required"):
         settings(**PRODUCTION, **GATEWAY)
     signing = settings(**PRODUCTION, **GATEWAY, upstream_user_header_secret="s" * 32)
-    assert signing.upstream_user_header_secret is not None
+    assert signing.gateway.user_header_secret is not None

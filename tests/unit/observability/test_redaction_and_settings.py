@@ -103,7 +103,7 @@ def test_json_line_shape_and_redacted_extras() -> None:
 
 def test_metrics_and_log_format_defaults() -> None:
     development = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert development.metrics_served and development.metrics_port == 0
+    assert development.metrics_served and development.observability.metrics_port == 0
     assert development.effective_log_format == "text"
 
     production = Settings(_env_file=None, **PRODUCTION)  # type: ignore[call-arg]

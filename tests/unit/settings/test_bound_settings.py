@@ -10,13 +10,16 @@ from service.settings import Settings
 
 def test_defaults() -> None:
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
-    assert settings.max_request_body_bytes == 1024 * 1024
-    assert settings.max_webhook_body_bytes == 512 * 1024
-    assert settings.max_json_depth == 64
-    assert settings.max_tool_output_bytes == 256 * 1024
-    assert (settings.webhook_tolerance_seconds, settings.webhook_future_skew_seconds) == (300, 300)
-    assert (settings.retention_audit_days, settings.retention_stripe_event_days) == (90, 30)
-    assert settings.retention_expired_days == 7
+    assert settings.http.max_request_body_bytes == 1024 * 1024
+    assert settings.http.max_webhook_body_bytes == 512 * 1024
+    assert settings.http.max_json_depth == 64
+    assert settings.tools.max_output_bytes == 256 * 1024
+    assert (settings.stripe.webhook_tolerance_seconds, settings.stripe.webhook_future_skew_seconds) == (
+        300,
+        300,
+    )
+    assert (settings.retention.audit_days, settings.retention.stripe_event_days) == (90, 30)
+    assert settings.retention.expired_days == 7
 
 
 @pytest.mark.parametrize(

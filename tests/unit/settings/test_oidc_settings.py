@@ -26,7 +26,7 @@ def settings(**values: Any) -> Settings:
 
 def test_unset_issuer_is_the_built_in_server() -> None:
     config = settings()
-    assert config.oidc_issuer is None
+    assert config.oidc.issuer is None
     assert config.oidc_expected_audience == "http://127.0.0.1:8000/mcp"
 
 
@@ -54,7 +54,7 @@ def test_incomplete_or_unsafe_oidc_settings_refuse_to_start(values: dict[str, An
 
 def test_production_accepts_an_https_issuer() -> None:
     config = settings(oidc_issuer="https://idp.example.com", **SAFE_PRODUCTION, **CLIENT)
-    assert config.oidc_issuer == "https://idp.example.com"
+    assert config.oidc.issuer == "https://idp.example.com"
 
 
 def test_usernames_come_from_the_claims_and_stay_valid() -> None:

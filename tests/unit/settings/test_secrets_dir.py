@@ -29,15 +29,15 @@ def test_a_file_in_the_directory_sets_a_secret_setting(secrets_dir: Path) -> Non
 
     config = settings()
 
-    assert config.secret_key.get_secret_value() == "k" * 40
-    assert config.request_state_keys == ["new-key", "old-key"]
+    assert config.http.secret_key.get_secret_value() == "k" * 40
+    assert config.mcp.request_state_keys == ["new-key", "old-key"]
 
 
 def test_the_environment_wins_over_a_file(secrets_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (secrets_dir / "STRIPE_WEBHOOK_SECRET").write_text("whsec_from_file")
     monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_from_env")
 
-    assert settings().stripe_webhook_secret == ["whsec_from_env"]
+    assert settings().stripe.webhook_secrets == ["whsec_from_env"]
 
 
 def test_a_missing_directory_refuses_to_start(secrets_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,4 +54,4 @@ def test_a_mounted_kubernetes_secret_is_read_through_its_symlinks(secrets_dir: P
     (secrets_dir / "..data").symlink_to("..2026_12_02_00_00_00.1")
     (secrets_dir / "SECRET_KEY").symlink_to("..data/SECRET_KEY")
 
-    assert settings().secret_key.get_secret_value() == "m" * 40
+    assert settings().http.secret_key.get_secret_value() == "m" * 40

@@ -23,16 +23,16 @@ def settings(**values: Any) -> Settings:
 def test_development_defaults_are_accepted() -> None:
     config = settings()
     assert config.is_development
-    assert config.uses_stripe_sandbox
-    assert config.port == 8000
-    assert config.database_url.startswith("sqlite:///")
+    assert config.stripe.uses_sandbox
+    assert config.http.port == 8000
+    assert config.database.url.startswith("sqlite:///")
 
 
 def test_production_with_real_secrets_starts() -> None:
     config = settings(**SAFE_PRODUCTION)
-    assert config.stripe_webhook_secret == ["whsec_a", "whsec_b"]
-    assert config.mcp_resource_url == "https://mcp.example.com/mcp"
-    assert not config.uses_stripe_sandbox
+    assert config.stripe.webhook_secrets == ["whsec_a", "whsec_b"]
+    assert config.http.mcp_resource_url == "https://mcp.example.com/mcp"
+    assert not config.stripe.uses_sandbox
 
 
 @pytest.mark.parametrize(
@@ -60,9 +60,9 @@ def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", "whsec_new, whsec_old")
     monkeypatch.setenv("PUBLIC_BASE_URL", "http://localhost:9123/")
     config = settings()
-    assert config.port == 9123
-    assert config.stripe_webhook_secret == ["whsec_new", "whsec_old"]
-    assert config.public_base_url == "http://localhost:9123"
+    assert config.http.port == 9123
+    assert config.stripe.webhook_secrets == ["whsec_new", "whsec_old"]
+    assert config.http.public_base_url == "http://localhost:9123"
 
 
 def test_cli_refuses_to_start_in_production_with_defaults(
@@ -82,14 +82,14 @@ def test_development_refuses_a_non_loopback_host(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(ConfigurationError, match="ALLOW_NON_LOOPBACK_IN_DEVELOPMENT"):
         settings()
     monkeypatch.setenv("ALLOW_NON_LOOPBACK_IN_DEVELOPMENT", "true")
-    assert settings().host == host, "an explicit opt-out (the sandbox overlay) still starts"
+    assert settings().http.host == host, "an explicit opt-out (the sandbox overlay) still starts"
     monkeypatch.delenv("ALLOW_NON_LOOPBACK_IN_DEVELOPMENT")
-    assert settings(**SAFE_PRODUCTION).host == host, "production listens where it is told"
+    assert settings(**SAFE_PRODUCTION).http.host == host, "production listens where it is told"
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
 def test_development_accepts_loopback_hosts(host: str) -> None:
-    assert settings(host=host).host == host
+    assert settings(host=host).http.host == host
 
 
 def test_cli_serve_refuses_a_non_loopback_host_flag_in_development(

@@ -1,11 +1,15 @@
-"""Which upstream URLs the gateway accepts; kept apart from `Settings` so the rule is testable alone."""
+"""Pure checks and paths the settings need; domains import them from here, so settings import no domain."""
 
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from urllib.parse import urlsplit
 
 LOOPBACK_NAMES = frozenset({"localhost"})
+
+# The built-in plan catalog, shipped beside the billing code that reads it.
+DEFAULT_PLANS_FILE = Path(__file__).resolve().parent.parent / "billing" / "default_plans.toml"
 
 
 def is_loopback_host(host: str) -> bool:
@@ -29,4 +33,14 @@ def upstream_url_problem(url: str, *, development: bool) -> str | None:
         return "UPSTREAM_MCP_URL must be an absolute http(s) URL"
     if parts.scheme == "http" and not (development and is_loopback_host(parts.hostname)):
         return "UPSTREAM_MCP_URL must use https:// (plain http only to a loopback host in development)"
+    return None
+
+
+def oidc_issuer_problem(issuer: str, *, development: bool) -> str | None:
+    """Why `issuer` cannot be the external OpenID Connect provider, or None."""
+    parts = urlsplit(issuer)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+        return "OIDC_ISSUER must be an absolute https URL without query or fragment"
+    if parts.scheme == "http" and not (development and is_loopback_host(parts.hostname or "")):
+        return "OIDC_ISSUER must use https:// (plain http only for a loopback issuer in development)"
     return None
