@@ -1,7 +1,7 @@
 """The service's MCP server in memory: the SDK's `Client(server)`, with the caller chosen by the test.
 
 The app is built and its lifespan run exactly as `serve` does, but nothing listens for HTTP: tools
-and the paywall learn who calls them from `TestCallers` instead of a verified bearer token, so a
+and the paywall learn who calls them from `ChosenCallers` instead of a verified bearer token, so a
 paid tool is one function call away. What HTTP adds (bearer checks, sessions, the payment pages)
 stays covered by the integration tier.
 """
@@ -28,7 +28,7 @@ TEST_CLIENT_ID = "in-memory-test-client"
 UNSERVED_PORT = 9
 
 
-class TestCallers:
+class ChosenCallers:
     """A caller source whose caller the test sets around each client it opens."""
 
     def __init__(self) -> None:
@@ -54,7 +54,7 @@ class TestCallers:
 class InMemoryService(RunningService):
     """A `RunningService` without HTTP: its database, Stripe sandbox and MCP server are real."""
 
-    callers: TestCallers
+    callers: ChosenCallers
 
     @asynccontextmanager
     async def client(self, user: User, **kwargs: Any) -> AsyncIterator[Client]:
@@ -93,7 +93,7 @@ async def lifespan_running(app: FastAPI) -> AsyncIterator[None]:
 @asynccontextmanager
 async def run_in_memory(database_url: str, **overrides: Any) -> AsyncIterator[InMemoryService]:
     settings = make_settings(database_url, UNSERVED_PORT, **overrides)
-    callers = TestCallers()
+    callers = ChosenCallers()
     app = create_app(settings, callers=callers)
     async with lifespan_running(app):
         yield InMemoryService(
