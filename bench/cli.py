@@ -94,7 +94,6 @@ class Bench:
             "public_base_url": f"http://127.0.0.1:{public_port or port}",
             "port": port,
             **PRODUCTION_LOGGING,
-            "metrics_port": procs.free_port(),
             # The bench's one standalone sandbox: no embedded sandbox starts in the server.
             "stripe_secret_key": seed.SANDBOX_KEY,
             "stripe_api_base": self.stripe_api_base,

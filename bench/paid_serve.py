@@ -4,7 +4,8 @@ The same entrypoint code as production (`service.cli`): `configure_logging` (the
 writer thread, the settings' level and format), the draining uvicorn server, `ProcessTuning`,
 uvicorn's access log off and its records through our handler. Settings come from BENCH_SETTINGS
 (JSON) instead of the environment; BENCH_JSON=1 sets `mcp_json_response`; it serves on the bound
-socket BENCH_FD the parent hands down, as `serve --fd` does. The one difference
+socket BENCH_FD the parent hands down, as `serve --fd` does, and `/metrics` on BENCH_METRICS_FD,
+as `serve --metrics-fd` does. The one difference
 from `serve`: idle keep-alive connections are kept for 120 s instead of 5, since the bench's
 servers wait for their turn with their connections open.
 """
@@ -28,7 +29,14 @@ def main() -> int:
     if os.environ.get("BENCH_JSON") == "1":
         values["mcp_json_response"] = True
     settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
-    return _serve(settings, None, None, int(os.environ["BENCH_FD"]), keep_alive_seconds=KEEP_ALIVE_SECONDS)
+    return _serve(
+        settings,
+        None,
+        None,
+        int(os.environ["BENCH_FD"]),
+        metrics_fd=int(os.environ["BENCH_METRICS_FD"]),
+        keep_alive_seconds=KEEP_ALIVE_SECONDS,
+    )
 
 
 if __name__ == "__main__":

@@ -79,15 +79,6 @@ def listener() -> socket.socket:
     return bind_loopback()
 
 
-def free_port() -> int:
-    """A port free now and bound later by someone else, so another process may take it first: only
-    for what cannot be handed a socket (the service binds its metrics listener itself)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Server:
     name: str
@@ -133,24 +124,30 @@ def start_server(name: str, sock: socket.socket, env: dict[str, str], logdir: Pa
     port = port_of(sock)
     log = logdir / f"{name}.log"
     handle: IO[bytes] = log.open("wb")
-    module = "bench.paid_serve" if env.get("BENCH_KIND") == "paid" else "bench.servers"
+    paid = env.get("BENCH_KIND") == "paid"
+    module = "bench.paid_serve" if paid else "bench.servers"
+    # Our service serves /metrics on a port of its own, as deployed: a second socket handed down.
+    sockets = [sock, listener()] if paid else [sock]
     environment = {
         **env,
         "BENCH_PORT": str(port),
         "BENCH_FD": str(sock.fileno()),
         "BENCH_GC_PROBE": str(gc_probe_path(log)),
     }
+    if paid:
+        environment["BENCH_METRICS_FD"] = str(sockets[1].fileno())
     try:
         process = spawn(
             [sys.executable, "-m", module],
             env=environment,
             stdout=handle,
             stderr=subprocess.STDOUT,
-            pass_fds=(sock.fileno(),),
+            pass_fds=tuple(each.fileno() for each in sockets),
         )
     finally:
         handle.close()
-        sock.close()  # the child serves on its own copy
+        for each in sockets:
+            each.close()  # the child serves on its own copies
     return Server(name, port, process, log)
 
 

@@ -140,7 +140,6 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
         "port": port,
         # As deployed (and as `make bench` runs `paid`): JSON logs at INFO, metrics on a port of their own.
         **(PRODUCTION_LOGGING if not options.quiet_logs else {"log_level": "WARNING"}),
-        "metrics_port": procs.free_port(),
         "stripe_secret_key": seed.SANDBOX_KEY,
         "stripe_api_base": api_base,
         "stripe_sandbox_state_file": None,

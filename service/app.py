@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import timedelta
@@ -81,7 +82,12 @@ from service.web.routes import TemplateRoute
 from service.web.security_headers import SecurityHeadersMiddleware
 
 
-async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: CallerSource) -> Runtime:
+async def _start_runtime(
+    settings: Settings,
+    stack: AsyncExitStack,
+    callers: CallerSource,
+    metrics_listener: socket.socket | None = None,
+) -> Runtime:
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown.
     `callers` tells tools and the paywall who is calling (service/mcp_server/caller.py)."""
     catalog = PlanCatalog.load(settings.billing.plans_file)
@@ -232,8 +238,16 @@ async def _start_runtime(settings: Settings, stack: AsyncExitStack, callers: Cal
     if upstream.tools:  # prebuilt tools go to the constructor: built again, once our names are known
         await upstream.check_names(mcp)
         mcp = build_mcp(upstream.registry_entries(paywall, callers))
+    if metrics_listener is not None:
+        stack.callback(metrics_listener.close)  # also when metrics are not served at all
     await install_observability(
-        settings.observability, mcp, metrics, stack, served=settings.metrics_served, host=settings.http.host
+        settings.observability,
+        mcp,
+        metrics,
+        stack,
+        served=settings.metrics_served,
+        host=settings.http.host,
+        metrics_listener=metrics_listener,
     )
     mcp.middleware.append(ToolOutputCap(settings.tools.max_output_bytes))  # inside the observer
     passwords = PasswordHashing.from_settings(settings.password_hashing)
@@ -313,14 +327,21 @@ def create_app(
     *,
     tracer: Tracer | None = None,
     callers: CallerSource = verified_caller,
+    metrics_listener: socket.socket | None = None,
 ) -> FastAPI:
     """`tracer`: each HTTP request becomes a span of it (service/observability/tracing.py).
     `callers`: who tools run for; only in-process tests pass anything but the verified token's user.
+    `metrics_listener`: a socket already bound for `/metrics` (`serve --metrics-fd`); its port
+    becomes `METRICS_PORT`, and the app serves its metrics there instead of binding one.
 
     One middleware stack, declared below, serves every request: `/mcp` and Stripe's webhooks
     included, so every response gets the same request id, access line, security headers, body
     limit and error handling."""
     settings = settings or Settings()
+    if metrics_listener is not None:
+        metrics_port = int(metrics_listener.getsockname()[1])
+        observability = settings.observability.model_copy(update={"metrics_port": metrics_port})
+        settings = settings.model_copy(update={"observability": observability})
     mcp_endpoint = LateBoundApp()  # `/mcp`
     mcp_routes = LateBoundApp()  # the SDK's OAuth endpoints and metadata documents
     http_requests = LateBoundRequestCounter()  # counts into the runtime's metrics while it exists
@@ -328,7 +349,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:  # `_` is `app`, below
         async with AsyncExitStack() as stack:
-            app.state.runtime = await _start_runtime(settings, stack, callers)
+            app.state.runtime = await _start_runtime(settings, stack, callers, metrics_listener)
             runtime = app.state.runtime
             http_requests.target = runtime.metrics
             stack.callback(setattr, http_requests, "target", None)

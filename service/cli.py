@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import json
 import signal
@@ -41,6 +42,11 @@ def _parser() -> argparse.ArgumentParser:
         "--fd",
         type=int,
         help="serve on this inherited, already-bound TCP socket; its address replaces HOST and PORT",
+    )
+    serve.add_argument(
+        "--metrics-fd",
+        type=int,
+        help="serve /metrics on this inherited, already-bound TCP socket; its port replaces METRICS_PORT",
     )
 
     commands.add_parser("migrate", help="upgrade the database to the latest migration")
@@ -131,26 +137,30 @@ def _serve(
     port: int | None,
     fd: int | None = None,
     *,
+    metrics_fd: int | None = None,
     keep_alive_seconds: int = 5,
 ) -> int:
     """`serve`: logging, tracing and the app as deployed, on an inherited socket `fd` or on `host`
-    and `port`. `keep_alive_seconds` is uvicorn's idle keep-alive timeout (its default; the bench
-    keeps connections idle longer between its turns)."""
+    and `port`, with `/metrics` on the inherited socket `metrics_fd` if given. `keep_alive_seconds`
+    is uvicorn's idle keep-alive timeout (its default; the bench keeps connections idle longer
+    between its turns)."""
     from service.web.inherited_socket import InheritedSocketError, inherited_listener
 
-    if fd is None:
-        return _serve_on(settings, host, port, None, keep_alive_seconds)
-    if host is not None or port is not None:
+    if fd is not None and (host is not None or port is not None):
         print("configuration error: --fd replaces --host and --port", file=sys.stderr)
         return 2
-    try:
-        listener = inherited_listener(fd)
-    except InheritedSocketError as exc:
-        print(f"configuration error: {exc}", file=sys.stderr)
-        return 2
-    with listener:
-        host, port = listener.getsockname()[:2]
-        return _serve_on(settings, host, port, listener, keep_alive_seconds)
+    with contextlib.ExitStack() as sockets:
+        try:
+            listener = sockets.enter_context(inherited_listener(fd)) if fd is not None else None
+            metrics_listener = (
+                sockets.enter_context(inherited_listener(metrics_fd)) if metrics_fd is not None else None
+            )
+        except InheritedSocketError as exc:
+            print(f"configuration error: {exc}", file=sys.stderr)
+            return 2
+        if listener is not None:
+            host, port = listener.getsockname()[:2]
+        return _serve_on(settings, host, port, listener, keep_alive_seconds, metrics_listener)
 
 
 def _serve_on(
@@ -159,6 +169,7 @@ def _serve_on(
     port: int | None,
     listener: socket.socket | None,
     keep_alive_seconds: int,
+    metrics_listener: socket.socket | None = None,
 ) -> int:
     """Serves on `listener`, or binds `host` and `port` (each defaulting to its setting) without one."""
     import uvicorn
@@ -196,7 +207,9 @@ def _serve_on(
     if tracing is not None:
         trace.set_tracer_provider(tracing)  # the MCP SDK's spans (MCP_OTEL_SPANS) go there too
     tracer = tracing.get_tracer(TRACER_NAME, __version__) if tracing is not None else None
-    app = Draining(ProcessTuning(create_app(settings, tracer=tracer), settings.tuning))
+    app = Draining(
+        ProcessTuning(create_app(settings, tracer=tracer, metrics_listener=metrics_listener), settings.tuning)
+    )
     config = uvicorn.Config(
         app,
         host=settings.http.host,
@@ -272,7 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     if args.command == "serve":
-        return _serve(settings, args.host, args.port, args.fd)
+        return _serve(settings, args.host, args.port, args.fd, metrics_fd=args.metrics_fd)
     if args.command == "stripe":
         return _stripe(settings, args)
     if args.command == "migrate":

@@ -56,9 +56,12 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 @asynccontextmanager
-async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> AsyncIterator[int]:
-    """Serve `/metrics` on host:port until the block exits; yields the bound port."""
-    sock = _bind(host, port)
+async def serve_metrics(
+    registry: CollectorRegistry, host: str, port: int, listener: socket.socket | None = None
+) -> AsyncIterator[int]:
+    """Serve `/metrics` on `listener`, already bound (`serve --metrics-fd`), or else on host:port,
+    until the block exits; yields the bound port. A listener handed in is closed on exit too."""
+    sock = listener if listener is not None else _bind(host, port)
     try:
         async with serve_in_background(metrics_app(registry), sock, lifespan="off"):
             yield int(sock.getsockname()[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from contextlib import AsyncExitStack
 
 from mcp.server import MCPServer
@@ -42,16 +43,18 @@ async def install_observability(
     *,
     served: bool,
     host: str,
+    metrics_listener: socket.socket | None = None,
 ) -> None:
     """Call after the tools are installed: tool names are fixed from here on.
 
-    `served` says whether `/metrics` is served at all; with a `METRICS_PORT`, on its own listener at `host`.
+    `served` says whether `/metrics` is served at all; with a `METRICS_PORT`, on its own listener at `host`,
+    or on `metrics_listener` when one was bound already.
     """
     tools = frozenset(tool.name for tool in await mcp.list_tools())
     metrics.declare_tools(tools)
     mcp.middleware.append(ToolCallObserver(metrics, tools.__contains__))
     if served and observability.metrics_port:
         port = await stack.enter_async_context(
-            serve_metrics(metrics.registry, host, observability.metrics_port)
+            serve_metrics(metrics.registry, host, observability.metrics_port, metrics_listener)
         )
         logger.info("metrics served on %s:%d/metrics", host, port)

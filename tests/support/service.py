@@ -126,7 +126,9 @@ async def run_service(database_url: str, **overrides: Any) -> AsyncIterator[Runn
 
 
 @asynccontextmanager
-async def run_service_on(settings: Settings, sock: socket.socket) -> AsyncIterator[RunningService]:
-    app = create_app(settings)
+async def run_service_on(
+    settings: Settings, sock: socket.socket, *, metrics_listener: socket.socket | None = None
+) -> AsyncIterator[RunningService]:
+    app = create_app(settings, metrics_listener=metrics_listener)
     async with serve(app, sock) as base_url:
         yield RunningService(base_url=base_url, settings=settings, app=app)

@@ -20,7 +20,7 @@ from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_
 from tests.support.payment import pay
 from tests.support.polling import until
 from tests.support.servers import bound_socket, port_of
-from tests.support.service import RunningService, run_service
+from tests.support.service import RunningService, make_settings, run_service, run_service_on
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
@@ -159,10 +159,12 @@ async def test_metrics_can_be_turned_off(database_url: str) -> None:
 
 
 async def test_metrics_on_a_port_of_their_own(database_url: str) -> None:
+    listener = bound_socket()  # handed to the app, as `serve --metrics-fd` does: no port to race for
+    metrics_port = port_of(listener)
     sock = bound_socket()
-    metrics_port = port_of(sock)
-    sock.close()  # the service binds it again
-    async with run_service(database_url, metrics_port=metrics_port) as service:
+    settings = make_settings(database_url, port_of(sock))
+    assert settings.observability.metrics_port == 0
+    async with run_service_on(settings, sock, metrics_listener=listener) as service:
         async with service.http() as http:
             main = await http.get("/metrics")
             assert main.status_code != 200 or "mcp_tool_calls_total" not in main.text
@@ -170,3 +172,4 @@ async def test_metrics_on_a_port_of_their_own(database_url: str) -> None:
         assert samples.value("mcp_legacy_sessions_open") == 0
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{metrics_port}") as http:
             assert (await http.get("/mcp")).status_code == 404, "the metrics port serves nothing else"
+    assert listener.fileno() == -1, "the app closes the listener it was handed when it stops"

@@ -71,3 +71,11 @@ def test_a_udp_socket_is_refused() -> None:
 def test_fd_with_host_or_port_is_refused(bound: socket.socket, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--fd", str(bound.fileno()), "--port", "8000"]) == 2
     assert "--fd replaces --host and --port" in capsys.readouterr().err
+
+
+def test_a_closed_metrics_descriptor_is_refused(
+    bound: socket.socket, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fd = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert main(["serve", "--fd", str(os.dup(bound.fileno())), "--metrics-fd", str(fd)]) == 2
+    assert f"--fd {fd}: not an open socket" in capsys.readouterr().err
