@@ -14,21 +14,33 @@ class TcpProxy:
     port: int
     _server: asyncio.Server
     _writers: set[asyncio.StreamWriter] = field(default_factory=set)
+    _cut: bool = False
 
     def cut(self) -> None:
         """Stops accepting connections and closes every open one, as a dead server would."""
+        self._cut = True
         self._server.close()
         for writer in self._writers:
             writer.transport.abort()
         self._writers.clear()
 
+    def _hold(self, writer: asyncio.StreamWriter) -> bool:
+        """Tracks `writer` so that `cut` closes it; after a cut, closes it at once instead."""
+        if self._cut:
+            writer.transport.abort()
+            return False
+        self._writers.add(writer)
+        return True
+
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError):
-        while chunk := await reader.read(65536):
-            writer.write(chunk)
-            await writer.drain()
-    writer.close()
+    try:
+        with contextlib.suppress(ConnectionError):
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+    finally:
+        writer.close()  # also when cancelled: no connection is left to the garbage collector
 
 
 @asynccontextmanager
@@ -37,8 +49,16 @@ async def tcp_proxy(target_host: str, target_port: int) -> AsyncIterator[TcpProx
     proxy: TcpProxy
 
     async def accept(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-        server_reader, server_writer = await asyncio.open_connection(target_host, target_port)
-        proxy._writers.update((client_writer, server_writer))
+        if not proxy._hold(client_writer):
+            return
+        try:
+            server_reader, server_writer = await asyncio.open_connection(target_host, target_port)
+        except OSError:  # the target is down: the client sees its connection closed, as it would
+            client_writer.transport.abort()
+            return
+        if not proxy._hold(server_writer):  # cut while connecting
+            client_writer.transport.abort()
+            return
         for task in (_pipe(client_reader, server_writer), _pipe(server_reader, client_writer)):
             running = asyncio.create_task(task)
             tasks.add(running)
@@ -53,3 +73,4 @@ async def tcp_proxy(target_host: str, target_port: int) -> AsyncIterator[TcpProx
         for task in list(tasks):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
