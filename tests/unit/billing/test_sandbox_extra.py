@@ -62,7 +62,10 @@ def test_the_lifespan_refuses_the_embedded_sandbox_with_the_same_message(tmp_pat
         "from service.billing.embedded_sandbox import SandboxNotInstalled, embedded_sandbox\n"
         "from service.settings import Settings\n"
         "async def start():\n"
-        "    async with embedded_sandbox(Settings()):\n"
+        "    settings = Settings()\n"
+        "    async with embedded_sandbox(\n"
+        "        settings.stripe_sandbox, settings.stripe, settings.http.internal_base_url\n"
+        "    ):\n"
         "        pass\n"
         "try:\n"
         "    asyncio.run(start())\n"
@@ -78,7 +81,7 @@ def test_a_real_stripe_key_needs_no_sandbox(tmp_path: Path) -> None:
     done = run_without_sandbox(
         "from service.billing.embedded_sandbox import sandbox_problem\n"
         "from service.settings import Settings\n"
-        "print(sandbox_problem(Settings()))\n",
+        "print(sandbox_problem(Settings().stripe))\n",
         tmp_path,
         STRIPE_SECRET_KEY="sk_test_not_the_sandbox",
     )
