@@ -1,11 +1,12 @@
 """Tells sniffio, once, that the server's event loop thread runs asyncio.
 
 anyio asks `sniffio.current_async_library()` which event loop is running on nearly every
-operation (checkpoints, memory streams, task groups, events, worker-thread hops): about 22 times
-per legacy tool call through the MCP SDK. Undeclared, sniffio finds asyncio by looking it up in
-`sys.modules` and asking `asyncio.current_task()` each time (~0.8 us per anyio backend lookup
-here); a declared thread answers from a thread-local (~0.2 us). `sniffio.thread_local.name` is
-sniffio's documented way for an event loop to declare itself (Trio sets it on its own threads).
+operation (checkpoints, memory streams, task groups, events, worker-thread hops), many times per
+legacy tool call through the MCP SDK. Undeclared, sniffio finds asyncio by looking it up in
+`sys.modules` and asking `asyncio.current_task()` each time; a declared thread answers from a
+thread-local, several times faster (docs/adr/0008-measured-choices.md).
+`sniffio.thread_local.name` is sniffio's documented way for an event loop to declare itself (Trio
+sets it on its own threads).
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """The garbage collector, set for a long-running server whose heap is mostly start-up objects.
 
-A started service holds about 200,000 container objects (SQLAlchemy, pydantic, stripe, the MCP
+A started service holds a large heap of container objects (SQLAlchemy, pydantic, stripe, the MCP
 SDK) that live until shutdown. CPython's cyclic collector walks all of them on every full
 collection, and with the default gen0 threshold (700 allocations) a tool call triggers a young
-collection every couple of calls: measured in process (`bench/profile_call.py`-style, c=16), about
-150 us of every ~770 us paid tool call went to the collector. Freezing the start-up heap moves it
-out of the collector's sight, and a larger gen0 threshold makes young collections rare: about
-10 us per call.
+collection every couple of calls, so a large share of a paid tool call's CPU went to the collector.
+Freezing the start-up heap moves it out of the collector's sight, and a larger gen0 threshold makes
+young collections rare (docs/adr/0008-measured-choices.md).
 """
 
 from __future__ import annotations

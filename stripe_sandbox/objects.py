@@ -19,8 +19,8 @@ Obj = dict[str, Any]
 def copy_tree(value: Any) -> Any:
     """A deep copy of a JSON tree (dicts, lists, scalars): what every stored object is.
 
-    About three times faster than `copy.deepcopy`, which handles any object graph; the sandbox
-    copies an object for every response and every event.
+    Faster than `copy.deepcopy`, which handles any object graph (docs/adr/0008-measured-choices.md);
+    the sandbox copies an object for every response and every event.
     """
     if isinstance(value, dict):
         return {key: copy_tree(item) for key, item in value.items()}

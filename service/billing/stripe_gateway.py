@@ -115,8 +115,8 @@ class StripeGateway:
         observer: StripeCallObserver | None = None,
     ) -> StripeGateway:
         """`observer` hears every call's duration and error, by operation (the service's metrics)."""
-        # aiohttp, not httpx: a read costs about 0.28 ms of our CPU instead of 0.95 ms (measured
-        # against the sandbox), and every webhook event makes one to three reads.
+        # aiohttp, not httpx: its reads cost a third of the CPU, and every webhook event makes one
+        # to three reads (docs/adr/0008-measured-choices.md).
         http_client = stripe.AIOHTTPClient(timeout=aiohttp.ClientTimeout(total=STRIPE_TIMEOUT_SECONDS))
         base_addresses: dict[str, str | None] = {"api": api_base} if api_base else {}
         client = stripe.StripeClient(
@@ -367,9 +367,9 @@ class StripeGateway:
     async def _read(self, operation: str, path: str, **params: Any) -> StripeData:
         """A GET answered as plain JSON (`StripeReads`): auth, retries and errors as stripe-python's.
 
-        Building stripe-python's objects from a response costs about 1 ms of CPU per read
-        (measured against the sandbox: 2.6 ms with objects, 1.5 ms raw, client and server), and
-        every webhook makes one to three reads that are only looked at through `field_of`.
+        Building stripe-python's objects from a response is most of a read's CPU
+        (docs/adr/0008-measured-choices.md), and every webhook makes one to three reads that are
+        only looked at through `field_of`.
         """
         with self._calls.timed(operation):
             return await self._reads.get(path, **params)
@@ -488,9 +488,8 @@ class StripeGateway:
     def recent_checkout_pages(self, created_since: int) -> AsyncGenerator[list[StripeData], None]:
         """Checkout Sessions created since then, newest first, a page of up to 100 at a time, as JSON.
 
-        A page of 100 built as stripe-python objects costs about 100 ms of CPU in one piece
-        (measured on Stripe's own example session), holding up every request the event loop
-        serves meanwhile; as JSON it costs about 5 ms.
+        A page built as stripe-python objects takes the event loop for far longer than as JSON, in
+        one piece, holding up every request it serves meanwhile (docs/adr/0008-measured-choices.md).
         """
         return self._pages("list_checkout_sessions", "/v1/checkout/sessions", created={"gte": created_since})
 

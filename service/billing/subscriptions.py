@@ -83,7 +83,7 @@ def _known(session: AsyncSession, key: str) -> dict[str, Any]:
 
 
 # Built once and reused: SQLAlchemy memoizes a statement's cache key on the object, so each batch
-# skips constructing and keying them (about 0.3 ms a batch together, measured against PostgreSQL).
+# skips constructing and keying them (docs/adr/0008-measured-choices.md).
 _LOCK_SUBSCRIPTIONS = (
     select(Subscription)
     .where(col(Subscription.id).in_(bindparam("subscription_ids", expanding=True)))

@@ -143,9 +143,10 @@ def create_engine(
     if make_url(url).get_backend_name() == "sqlite":
         # One connection: every transaction takes SQLite's write lock at BEGIN anyway, so a second
         # connection never ran anything alongside the first. It only waited inside SQLite, whose
-        # busy handler sleeps 1, 2, 5 ... 100 ms between tries and leaves the lock idle meanwhile:
-        # 16 concurrent paid calls by unentitled users (each writes an elicitation) saw a p99 of
-        # over a second. Waiting for the pool's one connection is a FIFO queue in this process.
+        # busy handler sleeps 1, 2, 5 ... 100 ms between tries and leaves the lock idle meanwhile,
+        # which made the slowest of concurrent paid calls several times slower
+        # (docs/adr/0008-measured-choices.md). Waiting for the pool's one connection is a FIFO
+        # queue in this process.
         # A local file needs no liveness ping.
         engine = create_async_engine(
             async_database_url(url),
@@ -172,7 +173,7 @@ def create_engine(
 
 
 # A connection that was busy moments ago is alive; pinging it anyway (pool_pre_ping) would cost a
-# round trip on every transaction, about a millisecond of each webhook.
+# round trip on every transaction, a noticeable part of each webhook (docs/adr/0008-measured-choices.md).
 IDLE_PING_AFTER_SECONDS = 5.0
 
 

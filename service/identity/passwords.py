@@ -1,9 +1,9 @@
 """Password hashing with argon2id, in worker threads so a sign-in never stalls the event loop.
 
 One argon2id hash or check at argon2-cffi's default parameters (RFC 9106's low-memory profile:
-3 passes over 64 MiB, 4 lanes) takes 50-110 ms of CPU on the 2-core machines this is measured on.
-Run on the event loop, every sign-in would hold up each tool call, webhook and completion notice on
-the replica for that long. argon2-cffi releases the GIL while it hashes, so a worker thread keeps
+3 passes over 64 MiB, 4 lanes) takes long enough (docs/adr/0008-measured-choices.md) that, run on
+the event loop, every sign-in would hold up each tool call, webhook and completion notice on the
+replica meanwhile. argon2-cffi releases the GIL while it hashes, so a worker thread keeps
 the loop free; a limiter bounds how many run at once, since each holds its memory until done, and
 how many may wait for one: beyond that `HashingBusy` is raised at once, so a flood of sign-ins is
 refused cheaply instead of queueing without end. The hashing threads run at a lower scheduling

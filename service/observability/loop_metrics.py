@@ -2,11 +2,11 @@
 
 prometheus_client's `Counter` and `Histogram` are safe from any thread because every increment
 takes a lock: a tool call's counter and two histogram observations are five lock round trips,
-and together with their method layers cost about as many instructions as the rest of our
-per-call code. These series are written only by the event loop's thread (the tool-call
-observer and the entitlement cache) and read by `/metrics`, which is served on the same loop,
-so they keep plain numbers and become the same families, with the same names, labels and
-`_created` series, only when collected.
+which with their method layers are a large part of our per-call code's instructions
+(docs/adr/0008-measured-choices.md). These series are written only by the event loop's thread
+(the tool-call observer and the entitlement cache) and read by `/metrics`, which is served on the
+same loop, so they keep plain numbers and become the same families, with the same names, labels
+and `_created` series, only when collected.
 """
 
 from __future__ import annotations

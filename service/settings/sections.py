@@ -192,9 +192,9 @@ class McpSettings(Section):
     """Let a 2025-11-25 client resume a POST's SSE stream it lost (SEP-1699): each stream opens with
     a priming event (an id and a `retry:` hint) and its messages are kept, bounded, in this
     replica's memory, so a reconnect with `Last-Event-ID` gets what it missed. Only the replica
-    holding the session can resume it (session affinity). Off by default: it costs about 6% of the
-    CPU of a 2025-11-25 SSE tool call (docs/operations.md). Ignored with `MCP_JSON_RESPONSE=true`,
-    which has no streams."""
+    holding the session can resume it (session affinity). Off by default: it adds CPU to every
+    2025-11-25 SSE tool call (docs/operations.md). Ignored with `MCP_JSON_RESPONSE=true`, which has
+    no streams."""
     resumable_events_per_stream: int = Field(default=32, ge=2, le=10_000)
     """Messages kept per stream (a tool call's progress, elicitations and its result); older ones go
     first, and a client that missed one of those cannot resume."""

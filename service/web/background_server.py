@@ -19,8 +19,8 @@ def bind_loopback(port: int = 0) -> socket.socket:
 
     Made with an explicit IPPROTO_TCP: asyncio disables Nagle's algorithm only on accepted sockets
     whose `proto` is TCP, and accepted sockets inherit 0 from a listener made without it. Then
-    every response uvicorn writes in two pieces (head, body) waits out the peer's delayed ACK:
-    44 ms per small response on loopback, measured, instead of 0.1 ms.
+    every response uvicorn writes in two pieces (head, body) waits out the peer's delayed ACK
+    (docs/adr/0008-measured-choices.md).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

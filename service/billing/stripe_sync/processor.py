@@ -101,10 +101,10 @@ async def claim_event_ids(session: AsyncSession, events: Sequence[StripeEventDat
         for event in events
     ]
     # On the transaction's connection, not through the ORM, which would route the rows through its
-    # bulk-persistence machinery (about 0.35 ms a batch) for a table it holds no objects of. One
-    # statement with many parameter sets: SQLAlchemy sends them as one multi-row INSERT.
-    # One row (a lone delivery, the usual case) as a plain execute: a list, even of one, goes
-    # through SQLAlchemy's many-rows INSERT machinery, about 0.2 ms more.
+    # bulk-persistence machinery for a table it holds no objects of. One statement with many
+    # parameter sets: SQLAlchemy sends them as one multi-row INSERT. One row (a lone delivery, the
+    # usual case) as a plain execute: a list, even of one, goes through SQLAlchemy's many-rows
+    # INSERT machinery, which costs more (docs/adr/0008-measured-choices.md).
     result = await connection.execute(statement, rows[0] if len(rows) == 1 else rows)
     return set(result.scalars())
 

@@ -1,8 +1,8 @@
 """A Stripe event as the webhook path reads it: the envelope's fields, and its object as plain JSON.
 
-stripe-python's `Event` builds an object per nested dict of the payload, about a third of a
-millisecond per delivery that nothing here needs: the processor reads the few fields it uses
-through `field_of`, and never trusts the object's state anyway (it re-reads it from Stripe).
+stripe-python's `Event` builds an object per nested dict of the payload, CPU on every delivery
+that nothing here needs (docs/adr/0008-measured-choices.md): the processor reads the few fields it
+uses through `field_of`, and never trusts the object's state anyway (it re-reads it from Stripe).
 """
 
 from __future__ import annotations
