@@ -260,6 +260,28 @@ async def entitling_subscription(
     return next((row for row in rows.all() if grants_access(row, grace=grace, now=now)), None)
 
 
+def plan_call_columns(
+    subscription: Subscription, period: str, plan: Plan, metered: MeteredPrice | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A plan call's usage-record columns: those every such record has, and those a metered one adds
+    (empty when the plan meters no overage or the tool has no metered price)."""
+    values: dict[str, Any] = {
+        "plan_id": plan.id,
+        "subscription_id": subscription.id,
+        "period": period,
+    }
+    billing: dict[str, Any] = {}
+    if metered is not None and plan.meters_overage:
+        billing = {
+            "customer_id": subscription.customer_id,
+            "event_name": metered.event_name,
+            "unit_amount": metered.unit_amount,
+            "currency": metered.currency,
+            "next_report_at": utcnow(),
+        }
+    return values, billing
+
+
 async def record_plan_call(
     session: AsyncSession,
     call: PaidCall,
@@ -271,16 +293,7 @@ async def record_plan_call(
     `meter`) or raise `Refused` (`block`)."""
     assert plan.included_calls is not None, "only plans that count calls come here"
     period = period_of(subscription)
-    values: dict[str, Any] = {"plan_id": plan.id, "subscription_id": subscription.id, "period": period}
-    billing: dict[str, Any] = {}
-    if metered is not None and plan.meters_overage:
-        billing = {
-            "customer_id": subscription.customer_id,
-            "event_name": metered.event_name,
-            "unit_amount": metered.unit_amount,
-            "currency": metered.currency,
-            "next_report_at": utcnow(),
-        }
+    values, billing = plan_call_columns(subscription, period, plan, metered)
     if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
         if not billing:
             raise Refused

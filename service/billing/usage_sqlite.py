@@ -33,6 +33,7 @@ from service.billing.usage import (
     Refused,
     new_usage_id,
     period_of,
+    plan_call_columns,
 )
 from service.db.metadata import utcnow
 
@@ -279,18 +280,8 @@ class SqliteDecisions:
         if subscription is None or plan is None:
             return False
         assert plan.included_calls is not None, "only plans that count calls come here"
-        metered = self._metered_price_of(call.tool)
         period = period_of(subscription)
-        values: dict[str, object] = {"plan_id": plan.id, "subscription_id": subscription.id, "period": period}
-        billing: dict[str, object] = {}
-        if metered is not None and plan.meters_overage:
-            billing = {
-                "customer_id": subscription.customer_id,
-                "event_name": metered.event_name,
-                "unit_amount": metered.unit_amount,
-                "currency": metered.currency,
-                "next_report_at": utcnow(),
-            }
+        values, billing = plan_call_columns(subscription, period, plan, self._metered_price_of(call.tool))
         if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
             if not billing:
                 raise Refused
