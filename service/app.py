@@ -32,6 +32,7 @@ from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
+from service.db.wal import CHECKPOINT_SECONDS, WalCheckpoints
 from service.dependencies import ResponseInstead, respond_instead
 from service.gateway.wiring import start_gateway
 from service.health.endpoints import router as health_router
@@ -167,6 +168,9 @@ async def _start_runtime(
     tool_index = PaidToolIndex(catalog, {**toolset.paid_tools, **upstream.paid_tools})
     known_links = KnownLinks(ttl=settings.paywall.payment_link_cache_seconds)
     bus.subscribe(known_links.on_change)
+    wal = WalCheckpoints.for_engine(engine)
+    if wal is not None:
+        await stack.enter_async_context(every(CHECKPOINT_SECONDS, wal.run, name="wal-checkpoint"))
     paywall = Paywall(
         GateSettings(
             public_base_url=settings.http.public_base_url,
@@ -185,6 +189,7 @@ async def _start_runtime(
         known_links,
         metrics,
         callers=callers,
+        wal=wal,
     )
     billing_events = BillingEvents()
     relay_billing_events(billing_events, bus)

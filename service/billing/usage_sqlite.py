@@ -58,7 +58,7 @@ MeteredLookup = Callable[[str], MeteredPrice | None]
 
 def _stored(value: datetime) -> str:
     """A timestamp as SQLAlchemy's SQLite `DateTime` stores it (UTC, no offset)."""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
 
 
 def _loaded(value: str | None) -> datetime | None:

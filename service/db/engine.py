@@ -77,9 +77,11 @@ def sqlite_file(engine: AsyncEngine) -> str | None:
     return url.database
 
 
-def open_sqlite_connection(engine: AsyncEngine) -> sqlite3.Connection:
+def open_sqlite_connection(engine: AsyncEngine, *, automatic_checkpoints: bool = True) -> sqlite3.Connection:
     """A synchronous connection to an SQLite engine's file, with the engine's pragmas, that fails
-    at once instead of waiting when another connection holds the write lock."""
+    at once instead of waiting when another connection holds the write lock. Without
+    `automatic_checkpoints` its commits never copy the log into the file: someone else must
+    (`service.db.wal`)."""
     path = sqlite_file(engine)
     if path is None:
         raise ValueError("not an SQLite file database")
@@ -88,6 +90,8 @@ def open_sqlite_connection(engine: AsyncEngine) -> sqlite3.Connection:
     connection.execute("PRAGMA busy_timeout=0")
     synchronous = _sqlite_synchronous.get(engine.sync_engine, DEFAULT_SQLITE_SYNCHRONOUS)
     connection.execute(f"PRAGMA synchronous={synchronous.upper()}")
+    if not automatic_checkpoints:
+        connection.execute("PRAGMA wal_autocheckpoint=0")
     return connection
 
 

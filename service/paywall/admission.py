@@ -25,6 +25,7 @@ from service.billing.usage import PaidCall, Refused, entitling_subscription, rec
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
 from service.db.engine import SessionFactory, checked_out_connections, open_sqlite_connection, sqlite_file
 from service.db.group_commit import GroupCommit
+from service.db.wal import WalCheckpoints
 from service.paywall.entitlements import Entitlements
 
 logger = logging.getLogger(__name__)
@@ -77,23 +78,38 @@ class Admission:
     share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
     commit each. A lone call takes a transaction of its own, without savepoints. On an SQLite file
     a batch is decided in place by `SqliteDecisions` while no transaction of this process is open,
-    and through the async engine only when another process holds the write lock (ADR 7)."""
+    and through the async engine only when another process holds the write lock (ADR 7); a call
+    that finds the group commit idle is decided there and then, without its task."""
 
-    def __init__(self, sessions: SessionFactory, catalog: PlanCatalog, entitlements: Entitlements) -> None:
+    def __init__(
+        self,
+        sessions: SessionFactory,
+        catalog: PlanCatalog,
+        entitlements: Entitlements,
+        *,
+        wal: WalCheckpoints | None = None,
+    ) -> None:
         self._sessions = sessions
         self._catalog = catalog
         self._entitlements = entitlements
         self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
         self._engine = sessions().bind
         self._sqlite: SqliteDecisions | None = None
+        # With `wal`, the log is checkpointed off the event loop's thread, not by its commits here.
+        self._wal = wal
         if isinstance(self._engine, AsyncEngine) and sqlite_file(self._engine) is not None:
             engine = self._engine
             self._sqlite = SqliteDecisions(
-                lambda: open_sqlite_connection(engine),
+                lambda: open_sqlite_connection(engine, automatic_checkpoints=wal is None),
                 catalog.get,
                 catalog.metered_price,
                 grace=entitlements.grace,
             )
+
+    @property
+    def pending(self) -> int:
+        """Decisions submitted to the group commit and not committed yet."""
+        return self._commits.pending
 
     def close(self) -> None:
         if self._sqlite is not None:
@@ -112,10 +128,32 @@ class Admission:
         subscription = (
             None if fresh or not counted else self._entitlements.cached_subscription(call.user_id, counted)
         )
-        if await self._commits.submit(_Attempt(call, tuple(counted), subscription)):
+        attempt = _Attempt(call, tuple(counted), subscription)
+        decided = self._decide_now(attempt)
+        if decided is None:
+            decided = await self._commits.submit(attempt)
+        if decided:
             return ALLOWED
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
+
+    def _decide_now(self, attempt: _Attempt) -> bool | None:
+        """A lone call decided in place, without the group commit's task, when no batch is
+        forming or committing and no transaction of this process is open; None otherwise."""
+        sqlite, engine = self._sqlite, self._engine
+        if sqlite is None or not isinstance(engine, AsyncEngine) or not self._commits.idle:
+            return None
+        if checked_out_connections(engine) != 0:
+            return None
+        try:
+            (decided,) = self._decide_sqlite(
+                sqlite, [SqliteAttempt(attempt.call, attempt.counted_plan_ids, attempt.subscription)]
+            )
+        except Busy:
+            return None
+        if isinstance(decided, Exception):
+            raise decided
+        return decided
 
     async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
         if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
@@ -174,14 +212,23 @@ class Admission:
         ]
         try:
             if checked_out_connections(engine) == 0:
-                return sqlite.decide(batch)
+                return self._decide_sqlite(sqlite, batch)
             async with engine.connect():
-                return sqlite.decide(batch)
+                return self._decide_sqlite(sqlite, batch)
         except Busy:
             logger.info(
                 "SQLite write lock held elsewhere; deciding %d paid calls through the pool", len(batch)
             )
             return None
+
+    def _decide_sqlite(
+        self, sqlite: SqliteDecisions, batch: Sequence[SqliteAttempt]
+    ) -> list[bool | Exception]:
+        try:
+            return sqlite.decide(batch)
+        finally:
+            if self._wal is not None:
+                self._wal.wrote()
 
     async def _decide_alone(self, attempt: _Attempt) -> bool:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""

@@ -33,6 +33,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from service.billing.plans import Plan
 from service.billing.usage import PaidCall
 from service.db.engine import SessionFactory
+from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
@@ -81,6 +82,7 @@ class Paywall:
         metrics: ServiceMetrics | None = None,
         *,
         callers: CallerSource,
+        wal: WalCheckpoints | None = None,
     ) -> None:
         self._settings = settings
         self._sessions = sessions
@@ -91,7 +93,7 @@ class Paywall:
         self._known_links = known_links
         self._metrics = metrics
         self._callers = callers
-        self._admission = Admission(sessions, tools.catalog, entitlements)
+        self._admission = Admission(sessions, tools.catalog, entitlements, wal=wal)
 
     def close(self) -> None:
         self._admission.close()
