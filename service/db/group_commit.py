@@ -38,22 +38,11 @@ class GroupCommit(Generic[Item, Result]):
         self._changed = asyncio.Event()
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._drainer: asyncio.Task[None] | None = None
-        self._in_batch = 0
 
     @property
     def queued(self) -> int:
         """Items submitted and not yet taken into a batch."""
         return len(self._waiting)
-
-    @property
-    def pending(self) -> int:
-        """Items submitted whose batch has not committed yet."""
-        return len(self._waiting) + self._in_batch
-
-    @property
-    def idle(self) -> bool:
-        """No batch is being committed and nothing waits for one."""
-        return self._drainer is None and not self._waiting
 
     @contextmanager
     def coming(self) -> Iterator[None]:
@@ -94,7 +83,6 @@ class GroupCommit(Generic[Item, Result]):
                 await self._wait_for_company()
                 batch = self._waiting[: self._max_batch]
                 del self._waiting[: self._max_batch]
-                self._in_batch = len(batch)
                 try:
                     results: Sequence[Result | Exception] = await self._run_batch([item for item, _ in batch])
                 except Exception as exc:
@@ -104,8 +92,6 @@ class GroupCommit(Generic[Item, Result]):
                         if not future.done():
                             future.set_exception(RuntimeError("webhook processing stopped"))
                     raise
-                finally:
-                    self._in_batch = 0
                 for (_, future), result in zip(batch, results, strict=True):
                     if future.done():
                         continue

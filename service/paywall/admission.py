@@ -78,8 +78,7 @@ class Admission:
     share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
     commit each. A lone call takes a transaction of its own, without savepoints. On an SQLite file
     a batch is decided in place by `SqliteDecisions` while no transaction of this process is open,
-    and through the async engine only when another process holds the write lock (ADR 7); a call
-    that finds the group commit idle is decided there and then, without its task."""
+    and through the async engine only when another process holds the write lock (ADR 7)."""
 
     def __init__(
         self,
@@ -106,11 +105,6 @@ class Admission:
                 grace=entitlements.grace,
             )
 
-    @property
-    def pending(self) -> int:
-        """Decisions submitted to the group commit and not committed yet."""
-        return self._commits.pending
-
     def close(self) -> None:
         if self._sqlite is not None:
             self._sqlite.close()
@@ -128,32 +122,10 @@ class Admission:
         subscription = (
             None if fresh or not counted else self._entitlements.cached_subscription(call.user_id, counted)
         )
-        attempt = _Attempt(call, tuple(counted), subscription)
-        decided = self._decide_now(attempt)
-        if decided is None:
-            decided = await self._commits.submit(attempt)
-        if decided:
+        if await self._commits.submit(_Attempt(call, tuple(counted), subscription)):
             return ALLOWED
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
-
-    def _decide_now(self, attempt: _Attempt) -> bool | None:
-        """A lone call decided in place, without the group commit's task, when no batch is
-        forming or committing and no transaction of this process is open; None otherwise."""
-        sqlite, engine = self._sqlite, self._engine
-        if sqlite is None or not isinstance(engine, AsyncEngine) or not self._commits.idle:
-            return None
-        if checked_out_connections(engine) != 0:
-            return None
-        try:
-            (decided,) = self._decide_sqlite(
-                sqlite, [SqliteAttempt(attempt.call, attempt.counted_plan_ids, attempt.subscription)]
-            )
-        except Busy:
-            return None
-        if isinstance(decided, Exception):
-            raise decided
-        return decided
 
     async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
         if self._sqlite is not None and isinstance(self._engine, AsyncEngine):

@@ -100,24 +100,11 @@ async def subscribe(ledger: Ledger, plan: Plan) -> Subscription:
     return row
 
 
-async def admit_all(
-    admission: Admission, calls: Sequence[PaidCall], *, ledger: Ledger | None = None
-) -> list[bool | BaseException]:
-    """All at once. With `ledger`, its pool's connection is held until every call has been
-    submitted, so none is decided on arrival and the group commit takes them in batches."""
-    if ledger is None:
-        verdicts = await asyncio.gather(
-            *(admission.admit(call, UNLOCKING) for call in calls), return_exceptions=True
-        )
-    else:
-        async with ledger.engine.connect():
-            admitting = [asyncio.ensure_future(admission.admit(call, UNLOCKING)) for call in calls]
-
-            async def all_submitted() -> bool:
-                return admission.pending + sum(task.done() for task in admitting) == len(calls)
-
-            await until(all_submitted, "every call submitted to the group commit")
-        verdicts = await asyncio.gather(*admitting, return_exceptions=True)
+async def admit_all(admission: Admission, calls: Sequence[PaidCall]) -> list[bool | BaseException]:
+    """All at once: the group commit takes those submitted together into one batch."""
+    verdicts = await asyncio.gather(
+        *(admission.admit(call, UNLOCKING) for call in calls), return_exceptions=True
+    )
     return [verdict if isinstance(verdict, BaseException) else verdict.allowed for verdict in verdicts]
 
 
@@ -125,17 +112,12 @@ def calls_of(user_id: str, keys: Sequence[str]) -> list[PaidCall]:
     return [PaidCall(user_id=user_id, tool=TOOL, call_key=key) for key in keys]
 
 
-@pytest.mark.parametrize("queued", [False, True], ids=["on-arrival", "queued"])
-async def test_100_parallel_calls_with_50_credits_run_exactly_50(ledger: Ledger, queued: bool) -> None:
+async def test_100_parallel_calls_with_50_credits_run_exactly_50(ledger: Ledger) -> None:
     await grant(ledger, ledger.user_id)
     admission, entitlements = admission_for(ledger)
     await entitlements.plans_of(ledger.user_id)
     try:
-        results = await admit_all(
-            admission,
-            calls_of(ledger.user_id, [f"call-{n}" for n in range(100)]),
-            ledger=ledger if queued else None,
-        )
+        results = await admit_all(admission, calls_of(ledger.user_id, [f"call-{n}" for n in range(100)]))
     finally:
         admission.close()
     assert results.count(True) == 50 and results.count(False) == 50
@@ -148,8 +130,8 @@ async def test_retries_in_one_batch_and_across_batches_are_paid_once(ledger: Led
     admission, entitlements = admission_for(ledger)
     await entitlements.plans_of(ledger.user_id)
     try:
-        first = await admit_all(admission, calls_of(ledger.user_id, ["a", "a", "b", "a", "b"]), ledger=ledger)
-        again = await admit_all(admission, calls_of(ledger.user_id, ["a", "b", "c"]), ledger=ledger)
+        first = await admit_all(admission, calls_of(ledger.user_id, ["a", "a", "b", "a", "b"]))
+        again = await admit_all(admission, calls_of(ledger.user_id, ["a", "b", "c"]))
     finally:
         admission.close()
     assert first == [True] * 5 and again == [True] * 3
@@ -165,7 +147,7 @@ async def test_a_failing_call_in_a_batch_spends_no_one_elses_credit(ledger: Ledg
     calls = calls_of(ledger.user_id, [f"call-{n}" for n in range(5)])
     calls.insert(2, PaidCall(user_id="usr_gone", tool=TOOL, call_key="orphan"))
     try:
-        results = await admit_all(admission, calls, ledger=ledger)
+        results = await admit_all(admission, calls)
     finally:
         admission.close()
     assert isinstance(results[2], Exception), results
@@ -197,20 +179,13 @@ async def test_two_replicas_pay_each_call_once(ledger: Ledger) -> None:
     assert await usage_rows(ledger, FUNDED_BY_CREDIT) == 30
 
 
-@pytest.mark.parametrize("queued", [False, True], ids=["on-arrival", "queued"])
-async def test_parallel_calls_use_exactly_the_included_calls_then_credits(
-    ledger: Ledger, queued: bool
-) -> None:
+async def test_parallel_calls_use_exactly_the_included_calls_then_credits(ledger: Ledger) -> None:
     subscription = await subscribe(ledger, PRO)
     await grant(ledger, ledger.user_id)
     admission, entitlements = admission_for(ledger)
     assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
     try:
-        results = await admit_all(
-            admission,
-            calls_of(ledger.user_id, [f"call-{n}" for n in range(20)]),
-            ledger=ledger if queued else None,
-        )
+        results = await admit_all(admission, calls_of(ledger.user_id, [f"call-{n}" for n in range(20)]))
     finally:
         admission.close()
     assert results == [True] * 20
