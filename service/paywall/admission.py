@@ -109,6 +109,15 @@ class Admission:
         if self._sqlite is not None:
             self._sqlite.close()
 
+    async def unlimited(self, user_id: str, plan_ids: frozenset[str]) -> bool:
+        """Whether the user has one of `plan_ids` that lets calls through uncounted, as the
+        entitlement cache says: such a call needs no call key and no decision."""
+        for plan_id in await self._entitlements.plans_of(user_id) & plan_ids:
+            plan = self._catalog.get(plan_id)
+            if plan is None or not plan.counts_calls:
+                return True
+        return False
+
     async def admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
         entitled = await self._entitlements.plans_of(call.user_id, fresh=fresh) & plan_ids
         counted: list[str] = []

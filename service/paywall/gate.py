@@ -126,6 +126,8 @@ class Paywall:
         plan_ids = self._tools.unlocking_plan_ids(tool)
         if not plan_ids:
             return error_result(f"{tool.name} is not offered in any plan right now.")
+        if await self._admission.unlimited(caller.user_id, plan_ids):
+            return None
         call = PaidCall(
             user_id=caller.user_id,
             tool=tool.name,
