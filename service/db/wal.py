@@ -30,8 +30,8 @@ CHECKPOINT_MAX_WAIT_SECONDS = 5.0
 
 
 class WalCheckpoints:
-    """Checkpoints one SQLite file's log in a worker thread, when a connection that does not
-    checkpoint by itself has written since the last one."""
+    """Checkpoints one SQLite file's log in a worker thread, for a connection that does not
+    checkpoint by itself and reports its commits (`wrote`)."""
 
     def __init__(
         self,
@@ -72,9 +72,7 @@ class WalCheckpoints:
         self._commits = 0
         await anyio.to_thread.run_sync(self.checkpoint)
 
-    def checkpoint(self) -> tuple[int, int, int]:
-        """A passive checkpoint on a connection of its own: (busy, log frames, frames copied)."""
+    def checkpoint(self) -> None:
+        """A passive checkpoint, on a connection of its own."""
         with contextlib.closing(sqlite3.connect(self._path, isolation_level=None)) as connection:
-            row = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        busy, frames, copied = row
-        return int(busy), int(frames), int(copied)
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

@@ -112,20 +112,23 @@ class Admission:
     async def unlimited(self, user_id: str, plan_ids: frozenset[str]) -> bool:
         """Whether the user has one of `plan_ids` that lets calls through uncounted, as the
         entitlement cache says: such a call needs no call key and no decision."""
-        for plan_id in await self._entitlements.plans_of(user_id) & plan_ids:
-            plan = self._catalog.get(plan_id)
-            if plan is None or not plan.counts_calls:
-                return True
-        return False
+        return self._counting(await self._entitlements.plans_of(user_id) & plan_ids) is None
 
-    async def admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
-        entitled = await self._entitlements.plans_of(call.user_id, fresh=fresh) & plan_ids
+    def _counting(self, entitled: frozenset[str]) -> list[str] | None:
+        """The entitled plans, in order, when each counts calls; None when one lets calls through
+        uncounted (or is no longer in the catalog)."""
         counted: list[str] = []
         for plan_id in sorted(entitled):
             plan = self._catalog.get(plan_id)
             if plan is None or not plan.counts_calls:
-                return ALLOWED
+                return None
             counted.append(plan_id)
+        return counted
+
+    async def admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
+        counted = self._counting(await self._entitlements.plans_of(call.user_id, fresh=fresh) & plan_ids)
+        if counted is None:
+            return ALLOWED
         if not counted and not fresh and self._entitlements.known_without_credits(call.user_id):
             return Verdict(allowed=False)
         subscription = (
@@ -205,11 +208,10 @@ class Admission:
     def _decide_sqlite(
         self, sqlite: SqliteDecisions, batch: Sequence[SqliteAttempt]
     ) -> list[bool | Exception]:
-        try:
-            return sqlite.decide(batch)
-        finally:
-            if self._wal is not None:
-                self._wal.wrote()
+        decided = sqlite.decide(batch)
+        if self._wal is not None:
+            self._wal.wrote()
+        return decided
 
     async def _decide_alone(self, attempt: _Attempt) -> bool:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
