@@ -15,17 +15,13 @@ from datetime import UTC, datetime, timedelta
 
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from service import __version__, cli_stripe
-from service.billing.plans import PlanCatalog, PlanCatalogError
+from service import __version__
+from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_USAGE_MISMATCH
 from service.db.engine import create_engine, create_session_factory
-from service.db.migrations import upgrade_to_head
 from service.identity import service as identity
 from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
-from service.logging_setup import configure_logging, write_out_before_dying_of
-from service.paywall.pg_bus import notify_revocation
 from service.settings import ConfigurationError, Settings, listen_problem
-from service.tool_packages import ToolPackageError, load_tools
 
 MAX_TOKEN_DAYS = 3650
 
@@ -89,13 +85,13 @@ def _parser() -> argparse.ArgumentParser:
     reconcile = stripe_commands.add_parser(
         "reconcile",
         help="read Stripe and repair what missed webhooks left wrong "
-        f"(exit {cli_stripe.EXIT_LEASE_HELD}: another process holds the lease)",
+        f"(exit {EXIT_LEASE_HELD}: another process holds the lease)",
     )
     reconcile.add_argument("--json", action="store_true", help="the summary as one JSON object")
     usage = stripe_commands.add_parser(
         "report-usage",
         help="send unreported metered calls as meter events, then compare recent ones with Stripe's "
-        f"meter event summaries (exit {cli_stripe.EXIT_USAGE_MISMATCH}: they differ)",
+        f"meter event summaries (exit {EXIT_USAGE_MISMATCH}: they differ)",
     )
     usage.add_argument("--hours", type=int, default=24, choices=range(1, 24 * 35 + 1), metavar="1..840")
     replay = stripe_commands.add_parser("replay-events", help="re-run Stripe's events since a time (UTC)")
@@ -178,8 +174,11 @@ def _serve_on(
     from service import __version__
     from service.app import create_app
     from service.billing.embedded_sandbox import sandbox_problem
+    from service.billing.plans import PlanCatalog, PlanCatalogError
+    from service.logging_setup import configure_logging, write_out_before_dying_of
     from service.observability.tracing import TRACER_NAME, flush_spans, tracer_provider
     from service.process_tuning import ProcessTuning
+    from service.tool_packages import ToolPackageError, load_tools
     from service.web.draining import Draining, DrainingServer
 
     http = settings.http.model_copy(
@@ -232,6 +231,8 @@ def _serve_on(
 
 
 def _stripe(settings: Settings, args: argparse.Namespace) -> int:
+    from service import cli_stripe
+
     if args.action == "sandbox":
         return cli_stripe.serve_sandbox(settings, args.host, args.port, args.webhook_url, args.fd)
     try:
@@ -289,6 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "stripe":
         return _stripe(settings, args)
     if args.command == "migrate":
+        from service.db.migrations import upgrade_to_head
+
         upgrade_to_head(settings.database.url)
         print("database is at the latest migration")
         return 0
@@ -355,6 +358,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if token is None or not await identity.revoke_token_by_id(session, args.token_id):
             print(f"no token with id {args.token_id}", file=sys.stderr)
             return 1
+        from service.paywall.pg_bus import notify_revocation
+
         await notify_revocation(session, token.grant_id)  # running replicas drop it from their caches
         print(f"revoked {args.token_id}")
         return 0

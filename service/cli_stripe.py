@@ -21,6 +21,7 @@ from service.billing.stripe_sync.reconciler import ReconcileReport, lease_holder
 from service.billing.stripe_sync.stripe_events import StripeEventData
 from service.billing.stripe_sync.wiring import StripeSync, build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
+from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_USAGE_MISMATCH
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.logging_setup import configure_logging
@@ -36,9 +37,6 @@ class CommandFailed(Exception):
     """Printed as `error: ...`; the command exits 1."""
 
 
-# `stripe reconcile` skipped or stopped because another process holds the reconciliation lease:
-# not a failure (that process does the work), but not "done" either, for scripts that care.
-EXIT_LEASE_HELD = 3
 PROGRESS_EVERY_SECONDS = 1.0
 
 
@@ -166,9 +164,6 @@ async def reconcile(settings: Settings, *, as_json: bool = False) -> int:
         print("stopped early: the lease expired and another process holds it", file=sys.stderr)
         return EXIT_LEASE_HELD
     return 0
-
-
-EXIT_USAGE_MISMATCH = 3
 
 
 async def report_usage(settings: Settings, hours: int) -> int:

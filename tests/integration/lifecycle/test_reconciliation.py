@@ -14,7 +14,7 @@ from mcp import MCPError, UrlElicitationRequiredError
 from service.billing.leases import HeldLease, LeaseLost, release, try_acquire
 from service.billing.models import JobLease, Subscription
 from service.billing.stripe_sync.reconciler import LEASE_NAME
-from service.cli_stripe import EXIT_LEASE_HELD
+from service.cli_exit_codes import EXIT_LEASE_HELD
 from service.paywall.models import Elicitation
 from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.cli import run_cli
