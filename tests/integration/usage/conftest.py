@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from service.billing.models import StripeCustomer, Subscription
 from service.db.engine import SessionFactory, create_engine, create_session_factory
+from service.db.metadata import utcnow
 from service.identity import service as identity
 from tests.support.databases import DatabaseTemplates
 from tests.support.service import cheap_password_hashing
@@ -20,6 +23,21 @@ class Ledger:
     engine: AsyncEngine
     sessions: SessionFactory
     user_id: str
+
+    async def subscribe(self, plan_id: str) -> Subscription:
+        """An active subscription of this ledger's user to `plan_id`, for the next 30 days."""
+        row = Subscription(
+            id=f"sub_{plan_id}",
+            user_id=self.user_id,
+            customer_id="cus_1",
+            plan_id=plan_id,
+            status="active",
+            current_period_end=utcnow() + timedelta(days=30),
+        )
+        async with self.sessions() as session, session.begin():
+            session.add(StripeCustomer(user_id=self.user_id, customer_id="cus_1"))
+            session.add(row)
+        return row
 
     async def add_user(self, username: str) -> str:
         passwords = cheap_password_hashing()

@@ -14,7 +14,7 @@ from sqlalchemy.engine import make_url
 from sqlmodel import col, func, select
 
 from service.billing.events import EntitlementChanged
-from service.billing.models import StripeCustomer, Subscription
+from service.billing.models import Subscription
 from service.billing.plans import CreditPack, MeteredPrice, Plan, PlanCatalog
 from service.billing.usage import (
     FUNDED_BY_CREDIT,
@@ -83,21 +83,6 @@ async def usage_rows(ledger: Ledger, funding: str) -> int:
     async with ledger.sessions() as session:
         count = await session.exec(select(func.count()).where(col(UsageRecord.funding) == funding))
         return int(count.one())
-
-
-async def subscribe(ledger: Ledger, plan: Plan) -> Subscription:
-    row = Subscription(
-        id=f"sub_{plan.id}",
-        user_id=ledger.user_id,
-        customer_id="cus_1",
-        plan_id=plan.id,
-        status="active",
-        current_period_end=utcnow() + timedelta(days=30),
-    )
-    async with ledger.sessions() as session, session.begin():
-        session.add(StripeCustomer(user_id=ledger.user_id, customer_id="cus_1"))
-        session.add(row)
-    return row
 
 
 async def admit_all(admission: Admission, calls: Sequence[PaidCall]) -> list[bool | BaseException]:
@@ -180,7 +165,7 @@ async def test_two_replicas_pay_each_call_once(ledger: Ledger) -> None:
 
 
 async def test_parallel_calls_use_exactly_the_included_calls_then_credits(ledger: Ledger) -> None:
-    subscription = await subscribe(ledger, PRO)
+    subscription = await ledger.subscribe(PRO.id)
     await grant(ledger, ledger.user_id)
     admission, entitlements = admission_for(ledger)
     assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
@@ -195,7 +180,7 @@ async def test_parallel_calls_use_exactly_the_included_calls_then_credits(ledger
 
 
 async def test_pay_as_you_go_calls_are_metered_once_each(ledger: Ledger) -> None:
-    await subscribe(ledger, PAYG)
+    await ledger.subscribe(PAYG.id)
     admission, entitlements = admission_for(ledger)
     assert await entitlements.plans_of(ledger.user_id) == {PAYG.id}
     try:
@@ -246,7 +231,7 @@ async def test_with_the_write_lock_held_elsewhere_calls_wait_through_the_pool(
 async def test_a_renewal_counts_in_the_new_period_though_the_cache_holds_the_old_one(ledger: Ledger) -> None:
     """The cached subscription spares a read only while its period runs: once it has ended, the
     decision reads the renewed period (applied on another replica, no bus message here)."""
-    subscription = await subscribe(ledger, PRO)
+    subscription = await ledger.subscribe(PRO.id)
     async with ledger.sessions() as session, session.begin():
         row = await session.get(Subscription, subscription.id)
         assert row is not None
@@ -267,7 +252,7 @@ async def test_a_renewal_counts_in_the_new_period_though_the_cache_holds_the_old
 
 
 async def test_an_entitlement_change_drops_the_cached_subscription(ledger: Ledger) -> None:
-    subscription = await subscribe(ledger, PRO)
+    subscription = await ledger.subscribe(PRO.id)
     admission, entitlements = admission_for(ledger)
     assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
     try:

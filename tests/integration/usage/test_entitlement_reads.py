@@ -11,9 +11,7 @@ import pytest
 from sqlalchemy import event
 
 from service.billing.events import EntitlementChanged
-from service.billing.models import StripeCustomer, Subscription
 from service.db.engine import create_engine, create_session_factory
-from service.db.metadata import utcnow
 from service.paywall.entitlements import Entitlements
 from tests.integration.usage.conftest import Ledger
 from tests.support.polling import until
@@ -38,21 +36,6 @@ def reads(ledger: Ledger) -> Iterator[SubscriptionReads]:
     event.remove(ledger.engine.sync_engine, "before_cursor_execute", counter)
 
 
-async def subscribe(ledger: Ledger, plan_id: str = "pro") -> None:
-    async with ledger.sessions() as session, session.begin():
-        session.add(StripeCustomer(user_id=ledger.user_id, customer_id="cus_1"))
-        session.add(
-            Subscription(
-                id="sub_1",
-                user_id=ledger.user_id,
-                customer_id="cus_1",
-                plan_id=plan_id,
-                status="active",
-                current_period_end=utcnow() + timedelta(days=30),
-            )
-        )
-
-
 def entitlements_of(ledger: Ledger) -> Entitlements:
     return Entitlements(ledger.sessions, grace=timedelta(days=3), cache_seconds=60.0)
 
@@ -65,7 +48,7 @@ def sqlite_only(ledger: Ledger) -> None:
 async def test_sixteen_callers_missing_the_cache_share_one_read(
     ledger: Ledger, reads: SubscriptionReads
 ) -> None:
-    await subscribe(ledger)
+    await ledger.subscribe("pro")
     entitlements = entitlements_of(ledger)
     answers = await asyncio.gather(*(entitlements.plans_of(ledger.user_id) for _ in range(16)))
     assert answers == [frozenset({"pro"})] * 16
@@ -75,7 +58,7 @@ async def test_sixteen_callers_missing_the_cache_share_one_read(
 
 
 async def test_fresh_callers_each_read_the_database(ledger: Ledger, reads: SubscriptionReads) -> None:
-    await subscribe(ledger)
+    await ledger.subscribe("pro")
     entitlements = entitlements_of(ledger)
     answers = await asyncio.gather(*(entitlements.plans_of(ledger.user_id, fresh=True) for _ in range(3)))
     assert answers == [frozenset({"pro"})] * 3
@@ -101,14 +84,14 @@ async def subscribe_elsewhere(ledger: Ledger) -> None:
     """The subscription written by another replica, through an engine (and connection) of its own."""
     engine = create_engine(ledger.engine.url.render_as_string(hide_password=False))
     try:
-        await subscribe(Ledger(engine, create_session_factory(engine), ledger.user_id))
+        await Ledger(engine, create_session_factory(engine), ledger.user_id).subscribe("pro")
     finally:
         await engine.dispose()
 
 
 async def test_a_caller_that_gives_up_leaves_the_shared_read_to_the_others(ledger: Ledger) -> None:
     sqlite_only(ledger)
-    await subscribe(ledger)
+    await ledger.subscribe("pro")
     entitlements = entitlements_of(ledger)
     async with ledger.engine.connect():
         first = asyncio.ensure_future(entitlements.plans_of(ledger.user_id))
