@@ -10,8 +10,15 @@ from typing import TextIO
 
 from service.observability.logs import LineWriter, LogFormat, install
 
-# Per-request client logs (httpx), and Alembic's context chatter on every /readyz.
-QUIET_LOGGERS = ("httpx", "httpx2", "alembic.runtime.migration", "mcp.server.streamable_http_manager")
+# Per-request client logs (httpx; stripe-python writes two lines per API call), and Alembic's
+# context chatter on every /readyz.
+QUIET_LOGGERS = (
+    "httpx",
+    "httpx2",
+    "stripe",
+    "alembic.runtime.migration",
+    "mcp.server.streamable_http_manager",
+)
 
 
 _running: list[LineWriter] = []

@@ -12,7 +12,10 @@ configuration, not code::
     ))
     client = stripe.StripeClient(
         "sk_test_sandbox",
-        base_addresses={"api": "http://127.0.0.1:8000/stripe-sandbox"},  # a path prefix works
+        base_addresses={  # a path prefix works; the v2 meter event stream is served there too
+            "api": "http://127.0.0.1:8000/stripe-sandbox",
+            "meter_events": "http://127.0.0.1:8000/stripe-sandbox",
+        },
         http_client=stripe.HTTPXClient(allow_sync_methods=False),
     )
 

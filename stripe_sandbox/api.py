@@ -73,7 +73,7 @@ def _json(status: int, body: Obj, headers: dict[str, str]) -> Response:
     )
 
 
-def _api_key(request: Request) -> str | None:
+def api_key_of(request: Request) -> str | None:
     header = request.headers.get("authorization")
     if not header:
         return None
@@ -88,7 +88,7 @@ def _api_key(request: Request) -> str | None:
     return ""
 
 
-def _route_path(request: Request) -> str:
+def route_path(request: Request) -> str:
     root = request.scope.get("root_path", "")
     path: str = request.scope["path"]
     return path[len(root) :] if root and path.startswith(root) else path
@@ -104,7 +104,7 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
     cache: dict[tuple[str, str], _Cached] = request.app.state.idempotency
     fingerprint = ""
     try:
-        key = _api_key(request)
+        key = api_key_of(request)
         if key is None:
             raise missing_api_key()
         if key != sandbox.config.api_key and key not in sandbox.config.extra_allowed_keys:
@@ -116,10 +116,10 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
             raise rate_limited()
         body = await request.body()
         method = request.method.lower()
-        sandbox.request_log.append((request.method, _route_path(request)))
+        sandbox.request_log.append((request.method, route_path(request)))
         idempotency_key = request.headers.get("idempotency-key") if method == "post" else None
         fingerprint = hashlib.sha256(
-            b"\0".join([method.encode(), _route_path(request).encode(), body])
+            b"\0".join([method.encode(), route_path(request).encode(), body])
         ).hexdigest()
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
@@ -140,7 +140,7 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
         token = REQUEST_CONTEXT.set((request_id, idempotency_key))
         try:
             advance_to(sandbox, sandbox.now())  # catch up on what fell due in wall-clock time
-            call = Call(sandbox, params, dict(request.path_params), method, _route_path(request))
+            call = Call(sandbox, params, dict(request.path_params), method, route_path(request))
             result = handler(call)
             result = expand(sandbox, sandbox.snapshot(result), params.expand())
         finally:

@@ -22,6 +22,7 @@ from . import (
     api_checkout,
     api_clocks,
     api_events,
+    api_meter_stream,
     api_meters,
     api_subscriptions,
     challenge_page,
@@ -154,6 +155,9 @@ def create_sandbox_app(config: SandboxConfig) -> Starlette:
     routes = [
         *_api_routes(),
         Route("/v1/{rest:path}", _not_found, methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
+        Route("/v2/billing/meter_event_session", api_meter_stream.create_session, methods=["POST"]),
+        Route("/v2/billing/meter_event_stream", api_meter_stream.create_events, methods=["POST"]),
+        Route("/v2/{rest:path}", _not_found, methods=["GET", "POST", "DELETE", "PUT", "PATCH"]),
         Route("/c/pay/{id}", checkout_page.show, methods=["GET"]),
         Route("/c/pay/{id}", checkout_page.submit, methods=["POST"]),
         Route("/c/pay/{id}/3ds", checkout_page.submit_challenge, methods=["POST"]),

@@ -71,6 +71,8 @@ class SandboxConfig:
     # Meter events are kept in memory (and in the state file) to be aggregated; past this many the
     # sandbox answers 400 rather than grow without bound.
     meter_event_limit: int = 50_000
+    # A meter event stream session (API v2) lasts 15 minutes on Stripe.
+    meter_event_session_seconds: int = 15 * 60
 
     extra_allowed_keys: tuple[str, ...] = field(default=())
     """Further secret keys accepted besides `api_key` (e.g. a restricted key in tests)."""

@@ -117,6 +117,58 @@ def record_event(
     return event
 
 
+def has_room(sandbox: Sandbox, count: int) -> bool:
+    """Whether `count` more events (and their identifiers) fit under
+    `SandboxConfig.meter_event_limit`; identifiers older than 24 hours are forgotten first."""
+    limit = sandbox.config.meter_event_limit
+    seen = sandbox.store.meter_identifiers
+    if len(seen) + count > limit:
+        now = sandbox.now()
+        for key in [known for known, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
+            del seen[key]
+    stored = sum(len(rows) for rows in sandbox.store.meter_events.values())
+    return stored + count <= limit and len(seen) + count <= limit
+
+
+def record_streamed_event(
+    sandbox: Sandbox,
+    *,
+    event_name: str,
+    payload: dict[str, str],
+    identifier: str | None,
+    timestamp: int | None,
+) -> None:
+    """One event of a v2 meter event stream: everything is checked asynchronously there, so a
+    timestamp out of range becomes an error report, and an identifier seen in the last 24 hours
+    is dropped as a duplicate (the caller checked `has_room` for the whole request)."""
+    meter = active_meter(sandbox, event_name)
+    customer_key = meter["customer_mapping"]["event_payload_key"] if meter else "stripe_customer_id"
+    now = _customer_now(sandbox, payload.get(customer_key))
+    created = sandbox.now()
+    event = objects_meters.meter_event(
+        now=created,
+        event_name=event_name,
+        identifier=identifier or str(uuid.uuid4()),
+        payload=payload,
+        timestamp=now if timestamp is None else timestamp,
+    )
+    meter_id = meter["id"] if meter else None
+    if event["timestamp"] < now - PAST_WINDOW:
+        message = "The event timestamp is more than 35 days in the past."
+        _report(sandbox, "timestamp_too_far_in_past", message, event, meter_id)
+        return
+    if event["timestamp"] > now + FUTURE_WINDOW:
+        message = "The event timestamp is more than 5 minutes in the future."
+        _report(sandbox, "timestamp_in_future", message, event, meter_id)
+        return
+    seen = sandbox.store.meter_identifiers
+    first = seen.get(event["identifier"])
+    if first is not None and created - first < IDENTIFIER_WINDOW:
+        return
+    seen[event["identifier"]] = created
+    _aggregate(sandbox, meter, event, customer_key)
+
+
 def _aggregate(sandbox: Sandbox, meter: Obj | None, event: Obj, customer_key: str) -> None:
     """Stripe's asynchronous half: attach the event to its meter and customer, or report why not."""
     payload: dict[str, str] = event["payload"]

@@ -143,6 +143,8 @@ class Sandbox:
         # Meter events Stripe accepted but could not attach to a meter or customer: its meter error
         # reports (`code`, `message`, `meter`, `identifier`), latest last (see `meters`).
         self.meter_errors: deque[dict[str, Any]] = deque(maxlen=1000)
+        # Meter event stream tokens (API v2) and when each expires, oldest first (`api_meter_stream`).
+        self.meter_event_sessions: dict[str, int] = {}
         # Bumped by every change (`changed`); `due_hint` is (epoch, the next due time or None) as
         # of the last full look, so reads between changes need not scan every object again.
         self.epoch = 0

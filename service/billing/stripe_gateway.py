@@ -8,14 +8,18 @@ customer or checkout session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Mapping
+import hashlib
+import time
+from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import quote
 
 import aiohttp
 import stripe
 from stripe.params.checkout import SessionCreateParamsLineItem
+from stripe.params.v2.billing import MeterEventStreamCreateParams
 
 from service.billing.plans import CreditPack, MeteredPrice, Plan, PlanCatalog
 from service.billing.redirects import ANY_REDIRECT, RedirectPolicy
@@ -61,6 +65,13 @@ class CreditCheckoutRequest:
     idempotency_key: str
 
 
+METER_EVENTS_PER_REQUEST = 100  # the most Stripe's meter event stream takes in one request
+
+
+def _rfc3339(timestamp: int) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass(frozen=True)
 class MeterEvent:
     """One call to report: `identifier` is our usage row's id, so Stripe counts it once however
@@ -104,6 +115,8 @@ class StripeGateway:
         self._catalog = catalog
         self._price_ids: dict[str, str] = {}  # by lookup key
         self._meter_ids: dict[str, str] = {}  # by event name
+        self._meter_session: tuple[str, float] | None = None  # stream token, expiry (epoch seconds)
+        self._meter_session_lock = asyncio.Lock()
 
     @classmethod
     def create(
@@ -118,7 +131,10 @@ class StripeGateway:
         # aiohttp, not httpx: its reads cost a third of the CPU, and every webhook event makes one
         # to three reads (docs/adr/0008-measured-choices.md).
         http_client = stripe.AIOHTTPClient(timeout=aiohttp.ClientTimeout(total=STRIPE_TIMEOUT_SECONDS))
-        base_addresses: dict[str, str | None] = {"api": api_base} if api_base else {}
+        # A sandbox serves the meter event stream (Stripe's meter-events host) at the same address.
+        base_addresses: dict[str, str | None] = (
+            {"api": api_base, "meter_events": api_base} if api_base else {}
+        )
         client = stripe.StripeClient(
             api_key,
             base_addresses=base_addresses,  # type: ignore[arg-type]
@@ -260,18 +276,53 @@ class StripeGateway:
         self._meter_ids[metered.event_name] = found.id
         return found.id
 
-    async def send_meter_event(self, event: MeterEvent) -> None:
-        """Report one call; Stripe ignores an `identifier` it has seen in the last 24 hours or more."""
-        with self._calls.timed("create_meter_event"):
-            await self._client.v1.billing.meter_events.create_async(
-                params={
+    async def send_meter_events(self, events: Sequence[MeterEvent]) -> None:
+        """Report up to METER_EVENTS_PER_REQUEST calls in one request to Stripe's meter event
+        stream (API v2), which counts an `identifier` once in 24 hours however often it is sent.
+        Stripe checks each event's meaning later and reports problems through the meter's error
+        reports; this raises only when the request itself was refused."""
+        if not events:
+            return
+        if len(events) > METER_EVENTS_PER_REQUEST:
+            raise ValueError(f"at most {METER_EVENTS_PER_REQUEST} meter events a request")
+        params: MeterEventStreamCreateParams = {
+            "events": [
+                {
                     "event_name": event.event_name,
                     "identifier": event.identifier,
-                    "timestamp": event.timestamp,
+                    "timestamp": _rfc3339(event.timestamp),
                     "payload": {"stripe_customer_id": event.customer_id, "value": str(event.value)},
-                },
-                options={"idempotency_key": f"meter-event:{event.identifier}"},
-            )
+                }
+                for event in events
+            ]
+        }
+        # The same batch sent again (a network retry) replays Stripe's first answer.
+        digest = hashlib.sha256("\n".join(event.identifier for event in events).encode()).hexdigest()
+        token = await self._meter_event_token()
+        with self._calls.timed("create_meter_events"):
+            try:
+                await self._client.v2.billing.meter_event_stream.create_async(
+                    params, options={"api_key": token, "idempotency_key": f"meter-events:{digest}"}
+                )
+            except (stripe.TemporarySessionExpiredError, stripe.AuthenticationError):
+                # The session ran out (or the sandbox behind it restarted): once more on a new one.
+                token = await self._meter_event_token(expired=token)
+                await self._client.v2.billing.meter_event_stream.create_async(
+                    params, options={"api_key": token, "idempotency_key": f"meter-events:{digest}"}
+                )
+
+    async def _meter_event_token(self, *, expired: str | None = None) -> str:
+        """The meter event stream's session token, made again a minute before it runs out or
+        once `expired` (the token a request was refused with) is still the current one."""
+        async with self._meter_session_lock:
+            current = self._meter_session
+            if current is not None and current[0] != expired and current[1] - time.time() > 60:
+                return current[0]
+            with self._calls.timed("create_meter_event_session"):
+                session = await self._client.v2.billing.meter_event_session.create_async()
+            expires_at = datetime.fromisoformat(session.expires_at).timestamp()
+            self._meter_session = (session.authentication_token, expires_at)
+            return session.authentication_token
 
     async def meter_usage(self, metered: MeteredPrice, customer_id: str, start: int, end: int) -> int:
         """What Stripe's meter counted for the customer between `start` and `end` (whole minutes)."""

@@ -1,11 +1,12 @@
 """Sends recorded metered calls to Stripe as meter events, and checks Stripe counted what we did.
 
 Each metered call's usage row was written in the transaction that let the call run. This job
-reads unreported rows in batches (no transaction held while Stripe is called), sends one meter
-event per row with the row's id as Stripe's `identifier`, then marks the sent rows reported.
-A crash after sending and before marking sends the same identifiers again on the next run, and
-Stripe counts an identifier once (and the idempotency key, derived from it, replays the first
-answer), so a call is never billed twice. A failed send is retried later, backing off per row.
+reads unreported rows in batches (no transaction held while Stripe is called), sends them to
+Stripe's meter event stream (API v2), a hundred events a request, each with the row's id as its
+`identifier`, then marks the sent rows reported. A crash after sending and before marking sends
+the same identifiers again on the next run, and Stripe counts an identifier once in 24 hours, so a
+call is never billed twice. A refused request is retried later, backing off per row. Stripe checks
+what an event means (its meter, its customer) after accepting it; `compare` finds what it dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from sqlmodel import col, select
 
 from service.billing.leases import HeldLease, LeaseLost
 from service.billing.plans import PlanCatalog
-from service.billing.stripe_gateway import MeterEvent, StripeGateway
+from service.billing.stripe_gateway import METER_EVENTS_PER_REQUEST, MeterEvent, StripeGateway
 from service.billing.usage import FUNDED_BY_METER
 from service.billing.usage_models import UsageRecord
 from service.db.engine import SessionFactory
@@ -32,8 +33,8 @@ logger = logging.getLogger(__name__)
 
 LEASE_NAME = "usage-report"
 LEASE_TTL = timedelta(minutes=5)
-BATCH_SIZE = 100
-SEND_CONCURRENCY = 8
+BATCH_SIZE = 400  # rows read and marked at a time: four requests to the meter event stream
+SEND_CONCURRENCY = 4
 FIRST_RETRY = timedelta(seconds=30)
 LONGEST_RETRY = timedelta(hours=1)
 # Stripe refuses events more than 35 days old: an older call is reported as of this long ago.
@@ -129,36 +130,38 @@ class UsageReporter:
             return list(rows.all())
 
     async def send(self, rows: Sequence[UsageRecord]) -> _Outcome:
-        """One meter event per row, a few at a time; which were accepted and why others were not."""
+        """The rows as meter events, METER_EVENTS_PER_REQUEST a request and a few requests at a
+        time; which were accepted and why others were not."""
         outcome = _Outcome()
-        limit = asyncio.Semaphore(SEND_CONCURRENCY)
         oldest = int((utcnow() - OLDEST_TIMESTAMP).timestamp())
-
-        async def one(row: UsageRecord) -> None:
+        events: list[MeterEvent] = []
+        for row in rows:
             if row.event_name is None or row.customer_id is None:
                 outcome.failed[row.id] = "the usage row names no meter or customer"
-                return
-            event = MeterEvent(
-                event_name=row.event_name,
-                customer_id=row.customer_id,
-                identifier=row.id,
-                timestamp=max(int(row.created_at.timestamp()), oldest),
+                continue
+            events.append(
+                MeterEvent(
+                    event_name=row.event_name,
+                    customer_id=row.customer_id,
+                    identifier=row.id,
+                    timestamp=max(int(row.created_at.timestamp()), oldest),
+                )
             )
+        limit = asyncio.Semaphore(SEND_CONCURRENCY)
+
+        async def one_request(batch: Sequence[MeterEvent]) -> None:
             async with limit:
                 try:
-                    await self._gateway.send_meter_event(event)
-                except stripe.InvalidRequestError as exc:
-                    if exc.param == "identifier":
-                        outcome.sent.append(row.id)  # Stripe has it already: sent before a crash
-                        return
-                    outcome.failed[row.id] = f"{type(exc).__name__}: {exc.user_message or exc}"[:500]
-                    return
+                    await self._gateway.send_meter_events(batch)
                 except (stripe.StripeError, OSError) as exc:
-                    outcome.failed[row.id] = f"{type(exc).__name__}: {exc}"[:500]
+                    error = f"{type(exc).__name__}: {exc}"[:500]
+                    outcome.failed.update((event.identifier, error) for event in batch)
                     return
-            outcome.sent.append(row.id)
+            outcome.sent.extend(event.identifier for event in batch)
 
-        await asyncio.gather(*(one(row) for row in rows))
+        step = METER_EVENTS_PER_REQUEST
+        batches = [events[start : start + step] for start in range(0, len(events), step)]
+        await asyncio.gather(*(one_request(batch) for batch in batches))
         return outcome
 
     async def mark(self, outcome: _Outcome) -> None:

@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "api_checkout",
         "api_clocks",
         "api_events",
+        "api_meter_stream",
         "api_meters",
         "api_subscriptions",
         "test_helpers",

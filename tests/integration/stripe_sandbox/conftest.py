@@ -105,7 +105,10 @@ async def stripe_client(base_url: str, api_key: str = API_KEY) -> AsyncIterator[
     http_client = stripe.HTTPXClient(allow_sync_methods=False)
     try:
         yield stripe.StripeClient(
-            api_key, base_addresses={"api": base_url}, http_client=http_client, max_network_retries=0
+            api_key,
+            base_addresses={"api": base_url, "meter_events": base_url},
+            http_client=http_client,
+            max_network_retries=0,
         )
     finally:
         await http_client.close_async()

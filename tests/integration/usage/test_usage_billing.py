@@ -241,6 +241,43 @@ async def test_a_meter_event_stripe_did_not_take_is_retried_after_a_backoff(serv
     assert sent.reported_at is not None and sent.last_error is None
 
 
+async def test_many_calls_go_to_stripe_a_hundred_a_request_on_one_session(service: RunningService) -> None:
+    await service.add_user("fay")
+    token = (await service.personal_token("fay")).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
+        await pay_for_plan(service, elicitation.url, "fay", "payg")
+        await probe.wait_for_completion()
+        await ran(client)
+    [first] = await service.rows(UsageRecord, funding="metered")
+    async with service.runtime.sessions() as session, session.begin():
+        for index in range(249):  # as many more calls of the same user
+            copied = first.model_dump()
+            copied.update(id=f"{first.id}-{index}", call_key=f"{index:064d}")
+            session.add(UsageRecord(**copied))
+    requests = service.sandbox.request_log
+    requests.clear()
+
+    assert (await reporter(service).run()).sent == 250
+    assert requests.count(("POST", "/v2/billing/meter_event_stream")) == 3
+    assert requests.count(("POST", "/v2/billing/meter_event_session")) == 1
+    now = utcnow()
+    assert await reporter(service).compare(now - timedelta(hours=1), now + timedelta(minutes=1)) == []
+
+    # The session runs out, then the sandbox forgets every session (a restart): each time the next
+    # request is refused, a new session is made, and the events go through on it.
+    for lose_the_session in (lambda: advance(service, 16 * 60), service.sandbox.meter_event_sessions.clear):
+        async with service.runtime.sessions() as session, session.begin():
+            await session.exec(update(UsageRecord).values(reported_at=None))
+        if (pending := lose_the_session()) is not None:
+            await pending
+        requests.clear()
+        assert (await reporter(service).run()).sent == 250, "sent again: Stripe counts each identifier once"
+        assert requests.count(("POST", "/v2/billing/meter_event_session")) == 1
+        assert await reporter(service).compare(now - timedelta(hours=1), now + timedelta(minutes=1)) == []
+
+
 async def test_report_usage_command_sends_and_compares(service: RunningService) -> None:
     await service.add_user("eli")
     token = (await service.personal_token("eli")).secret

@@ -157,3 +157,14 @@ def test_fields_may_not_overwrite_the_record_itself() -> None:
     logger = logging.getLogger("service.test.reserved")
     with pytest.raises(KeyError, match="msg"):
         emit(logger, logging.INFO, "m", (), {"msg": "overwritten", "fine": 1})
+
+
+@pytest.mark.usefixtures("root_logger_restored")
+def test_client_libraries_do_not_log_each_request_at_info() -> None:
+    stream = io.StringIO()
+    configure_logging("INFO", "json", stream)
+    for name in ("stripe", "httpx"):
+        logging.getLogger(name).info("Request to Stripe api")  # what stripe-python logs per call
+        logging.getLogger(name).warning("kept")
+    stop_logging()
+    assert [json.loads(line)["message"] for line in stream.getvalue().splitlines()] == ["kept", "kept"]
