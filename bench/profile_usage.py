@@ -32,6 +32,7 @@ from service.billing.usage import PaidCall, grant_credits
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.db.migrations import upgrade_to_head
+from service.db.wal import CHECKPOINT_SECONDS, WalCheckpoints
 from service.identity.models import User
 from service.identity.secrets import new_id
 from service.paywall.admission import Admission
@@ -83,7 +84,10 @@ async def _run(options: argparse.Namespace) -> None:
     users = await _users(sessions)
     catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
     entitlements = Entitlements(sessions, grace=timedelta(days=3), cache_seconds=60.0)
-    admission = Admission(sessions, catalog, entitlements)
+    # As the app runs it: on SQLite the log is checkpointed by a timer, off the event loop's thread.
+    wal = WalCheckpoints.for_engine(engine)
+    admission = Admission(sessions, catalog, entitlements, wal=wal)
+    checkpoints = asyncio.create_task(_checkpoint_timer(wal)) if wal is not None else None
     plan_ids = frozenset(plan.id for plan in catalog.plans_unlocking(TOOL))
     for name, user_id in users.items():
         await entitlements.plans_of(user_id)  # the cache the subscription path reads, warmed
@@ -120,7 +124,16 @@ async def _run(options: argparse.Namespace) -> None:
             )
             if profiler is not None:
                 pstats.Stats(profiler).sort_stats("cumulative").print_stats(options.top)
+    if checkpoints is not None:
+        checkpoints.cancel()
+    admission.close()
     await engine.dispose()
+
+
+async def _checkpoint_timer(wal: WalCheckpoints) -> None:
+    while True:
+        await asyncio.sleep(CHECKPOINT_SECONDS)
+        await wal.run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -232,16 +232,17 @@ class LineWriter:
     the writer, and the two then trade the interpreter lock for every line. Here records go on a
     deque (appending takes no lock and wakes no one), and the writer wakes every FLUSH_SECONDS,
     or as soon as HIGH_WATER records wait, formats what is there and writes it with one `write`
-    and one `flush` per BATCH lines. After each line it offers the interpreter lock back
-    (`time.sleep(0)`), so the event loop, if it is waiting for the lock, runs first: a batch never
-    holds the loop up for more than one line. Past CAPACITY waiting records (a stream that stopped
+    and one `flush` per BATCH lines. The write lets the interpreter lock go, so the event loop
+    waits at most for one batch's formatting; BATCH is kept small for that. (Offering the lock
+    back after every line instead made the two threads trade it a dozen times per logged request:
+    docs/adr/0008-measured-choices.md.) Past CAPACITY waiting records (a stream that stopped
     taking lines) new records are dropped and counted, and the count is logged once the writer
     catches up.
     """
 
     FLUSH_SECONDS = 0.05
     HIGH_WATER = 256
-    BATCH = 64
+    BATCH = 16
     CAPACITY = 20_000
 
     def __init__(self, stream: TextIO, formatter: logging.Formatter) -> None:
@@ -294,7 +295,6 @@ class LineWriter:
                     lines.append(self.formatter.format(record))
                 except Exception:  # one bad record must not stop the writer
                     _ERROR_REPORTER.handleError(record)
-                time.sleep(0)  # the event loop first, if it waits for the interpreter lock
             if self._dropped:
                 dropped, self._dropped = self._dropped, 0
                 lines.append(self.formatter.format(_dropped_record(dropped)))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from service.logging_setup import configure_logging, stop_logging
+from service.observability import logs
 from service.observability.logs import JsonFormatter, LineWriter, build_handler
 from service.observability.records import emit
 from service.observability.request_context import enter_child, leave
@@ -151,6 +152,33 @@ def test_lines_keep_their_order_across_batches_and_all_are_written_at_stop() -> 
     assert [json.loads(line)["message"] for line in stream.getvalue().splitlines()] == [
         str(index) for index in range(count)
     ]
+
+
+class CountedWrites(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_a_batch_is_formatted_without_handing_the_lock_back_line_by_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Yielding after every line made the writer and the event loop trade the interpreter lock a
+    # dozen times per logged request; a batch lets it go once, in its write.
+    yields: list[float] = []
+    monkeypatch.setattr(logs.time, "sleep", yields.append)
+    stream = CountedWrites()
+    writer = LineWriter(stream, JsonFormatter())
+    count = writer.BATCH * 2 + 3
+    for index in range(count):
+        writer.put_nowait(record(str(index)))
+    writer._drain()  # the writer thread's work, here in the test's thread
+    assert len(stream.getvalue().splitlines()) == count
+    assert stream.writes == 3 and yields == []
 
 
 def test_fields_may_not_overwrite_the_record_itself() -> None:
