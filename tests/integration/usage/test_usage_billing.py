@@ -4,8 +4,10 @@ events reported once to Stripe, and usage on the period-end invoice in the sandb
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -96,6 +98,19 @@ def reporter(service: RunningService, holder: str = "test") -> UsageReporter:
     return UsageReporter(runtime.sessions, runtime.stripe, runtime.catalog, holder=holder)
 
 
+@asynccontextmanager
+async def pay_as_you_go_client(service: RunningService, username: str) -> AsyncIterator[Any]:
+    """A new user's MCP client, after it bought the pay-as-you-go plan through the elicitation."""
+    await service.add_user(username)
+    token = (await service.personal_token(username)).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
+        await pay_for_plan(service, elicitation.url, username, "payg")
+        await probe.wait_for_completion()
+        yield client
+
+
 async def ran(client: object, tool: str = "sql_explain") -> None:
     result = await client.call_tool(tool, QUERY if tool == "sql_explain" else CHART)  # type: ignore[attr-defined]
     assert not result.is_error, result
@@ -145,13 +160,7 @@ async def test_past_the_included_calls_block_offers_upgrade_and_credits(service:
 async def test_pay_as_you_go_calls_are_reported_once_and_invoiced_at_period_end(
     service: RunningService,
 ) -> None:
-    await service.add_user("bea")
-    token = (await service.personal_token("bea")).secret
-    probe = ClientProbe()
-    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
-        await pay_for_plan(service, elicitation.url, "bea", "payg")
-        await probe.wait_for_completion()
+    async with pay_as_you_go_client(service, "bea") as client:
         [subscription] = await service.rows(Subscription)
         assert subscription.plan_id == "payg"
         for tool in ("sql_explain", "sql_explain", "sql_explain", "ascii_chart", "ascii_chart"):
@@ -184,13 +193,7 @@ async def test_pay_as_you_go_calls_are_reported_once_and_invoiced_at_period_end(
 
 
 async def test_a_crash_between_sending_and_recording_reports_each_call_once(service: RunningService) -> None:
-    await service.add_user("cy")
-    token = (await service.personal_token("cy")).secret
-    probe = ClientProbe()
-    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
-        await pay_for_plan(service, elicitation.url, "cy", "payg")
-        await probe.wait_for_completion()
+    async with pay_as_you_go_client(service, "cy") as client:
         for _ in range(4):
             await ran(client)
 
@@ -211,13 +214,7 @@ async def test_a_crash_between_sending_and_recording_reports_each_call_once(serv
 
 
 async def test_a_meter_event_stripe_did_not_take_is_retried_after_a_backoff(service: RunningService) -> None:
-    await service.add_user("dee")
-    token = (await service.personal_token("dee")).secret
-    probe = ClientProbe()
-    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
-        await pay_for_plan(service, elicitation.url, "dee", "payg")
-        await probe.wait_for_completion()
+    async with pay_as_you_go_client(service, "dee") as client:
         await ran(client)
 
     runtime = service.runtime
@@ -242,13 +239,7 @@ async def test_a_meter_event_stripe_did_not_take_is_retried_after_a_backoff(serv
 
 
 async def test_many_calls_go_to_stripe_a_hundred_a_request_on_one_session(service: RunningService) -> None:
-    await service.add_user("fay")
-    token = (await service.personal_token("fay")).secret
-    probe = ClientProbe()
-    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
-        await pay_for_plan(service, elicitation.url, "fay", "payg")
-        await probe.wait_for_completion()
+    async with pay_as_you_go_client(service, "fay") as client:
         await ran(client)
     [first] = await service.rows(UsageRecord, funding="metered")
     async with service.runtime.sessions() as session, session.begin():
@@ -279,13 +270,7 @@ async def test_many_calls_go_to_stripe_a_hundred_a_request_on_one_session(servic
 
 
 async def test_report_usage_command_sends_and_compares(service: RunningService) -> None:
-    await service.add_user("eli")
-    token = (await service.personal_token("eli")).secret
-    probe = ClientProbe()
-    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
-        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
-        await pay_for_plan(service, elicitation.url, "eli", "payg")
-        await probe.wait_for_completion()
+    async with pay_as_you_go_client(service, "eli") as client:
         await ran(client)
         await ran(client, "ascii_chart")
     env = {
