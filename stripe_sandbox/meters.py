@@ -63,10 +63,15 @@ def _check_identifier(sandbox: Sandbox, identifier: str, now: int) -> None:
     if first is not None and now - first < IDENTIFIER_WINDOW:
         raise invalid_request(f"An event already exists with identifier {identifier}.", param="identifier")
     if len(seen) >= sandbox.config.meter_event_limit:
-        for key in [seen_identifier for seen_identifier, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
-            del seen[key]
+        _forget_old_identifiers(sandbox, now)
         if len(seen) >= sandbox.config.meter_event_limit:
             raise _full(sandbox)
+
+
+def _forget_old_identifiers(sandbox: Sandbox, now: int) -> None:
+    seen = sandbox.store.meter_identifiers
+    for key in [identifier for identifier, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
+        del seen[key]
 
 
 def _report(sandbox: Sandbox, code: str, message: str, event: Obj, meter_id: str | None) -> None:
@@ -123,9 +128,7 @@ def has_room(sandbox: Sandbox, count: int) -> bool:
     limit = sandbox.config.meter_event_limit
     seen = sandbox.store.meter_identifiers
     if len(seen) + count > limit:
-        now = sandbox.now()
-        for key in [known for known, at in seen.items() if now - at >= IDENTIFIER_WINDOW]:
-            del seen[key]
+        _forget_old_identifiers(sandbox, sandbox.now())
     stored = sum(len(rows) for rows in sandbox.store.meter_events.values())
     return stored + count <= limit and len(seen) + count <= limit
 
