@@ -88,6 +88,26 @@ def api_key_of(request: Request) -> str | None:
     return ""
 
 
+def secret_key_known(sandbox: Sandbox) -> Callable[[str], bool]:
+    return lambda key: key == sandbox.config.api_key or key in sandbox.config.extra_allowed_keys
+
+
+def authenticated(request: Request, sandbox: Sandbox, known: Callable[[str], bool]) -> str:
+    """The request's key, once `known` accepts it, its Stripe-Version is ours and the rate limit
+    (when on) lets it through; the matching Stripe error otherwise, in Stripe's order."""
+    key = api_key_of(request)
+    if key is None:
+        raise missing_api_key()
+    if not known(key):
+        raise invalid_api_key(key)
+    asked_version = request.headers.get("stripe-version")
+    if asked_version is not None and asked_version != API_VERSION:
+        raise unsupported_version(asked_version, API_VERSION)
+    if sandbox.config.rate_limit and not sandbox.rate_limiter.allow(key):
+        raise rate_limited()
+    return key
+
+
 def route_path(request: Request) -> str:
     root = request.scope.get("root_path", "")
     path: str = request.scope["path"]
@@ -104,16 +124,7 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
     cache: dict[tuple[str, str], _Cached] = request.app.state.idempotency
     fingerprint = ""
     try:
-        key = api_key_of(request)
-        if key is None:
-            raise missing_api_key()
-        if key != sandbox.config.api_key and key not in sandbox.config.extra_allowed_keys:
-            raise invalid_api_key(key)
-        asked_version = request.headers.get("stripe-version")
-        if asked_version is not None and asked_version != API_VERSION:
-            raise unsupported_version(asked_version, API_VERSION)
-        if sandbox.config.rate_limit and not sandbox.rate_limiter.allow(key):
-            raise rate_limited()
+        key = authenticated(request, sandbox, secret_key_known(sandbox))
         body = await request.body()
         method = request.method.lower()
         sandbox.request_log.append((request.method, route_path(request)))

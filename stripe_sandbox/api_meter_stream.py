@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from . import meters
-from .api import api_key_of, route_path
+from .api import authenticated, route_path, secret_key_known
 from .api_meters import MAX_NAME, MAX_PAYLOAD_KEYS, MAX_PAYLOAD_VALUE
 from .config import API_VERSION
-from .errors import StripeError, invalid_api_key, invalid_request, missing_api_key, rate_limited
+from .errors import StripeError, invalid_request
 from .ids import new_id
 from .sandbox import Sandbox
 
@@ -78,21 +78,11 @@ def _answer(status: int, body: Obj, request_id: str) -> Response:
     )
 
 
-def _admitted(sandbox: Sandbox, key: str | None) -> str:
-    if key is None:
-        raise missing_api_key()
-    if sandbox.config.rate_limit and not sandbox.rate_limiter.allow(key):
-        raise rate_limited()
-    return key
-
-
 async def create_session(request: Request) -> Response:
     sandbox: Sandbox = request.app.state.sandbox
     request_id = new_id("req")
     try:
-        key = _admitted(sandbox, api_key_of(request))
-        if key != sandbox.config.api_key and key not in sandbox.config.extra_allowed_keys:
-            raise invalid_api_key(key)
+        authenticated(request, sandbox, secret_key_known(sandbox))
         sandbox.request_log.append((request.method, route_path(request)))
         if await _body(request):
             raise invalid_request("This endpoint takes no parameters.")
@@ -122,11 +112,8 @@ async def create_events(request: Request) -> Response:
     sandbox: Sandbox = request.app.state.sandbox
     request_id = new_id("req")
     try:
-        token = _admitted(sandbox, api_key_of(request))
-        expires_at = sandbox.meter_event_sessions.get(token)
-        if expires_at is None:
-            raise invalid_api_key(token)
-        if expires_at <= sandbox.now():
+        token = authenticated(request, sandbox, sandbox.meter_event_sessions.__contains__)
+        if sandbox.meter_event_sessions[token] <= sandbox.now():
             raise _session_expired()
         sandbox.request_log.append((request.method, route_path(request)))
         events = [_event(raw, index) for index, raw in enumerate(_events(await _body(request)))]

@@ -298,18 +298,19 @@ class StripeGateway:
         }
         # The same batch sent again (a network retry) replays Stripe's first answer.
         digest = hashlib.sha256("\n".join(event.identifier for event in events).encode()).hexdigest()
+
+        async def send(token: str) -> None:
+            await self._client.v2.billing.meter_event_stream.create_async(
+                params, options={"api_key": token, "idempotency_key": f"meter-events:{digest}"}
+            )
+
         token = await self._meter_event_token()
         with self._calls.timed("create_meter_events"):
             try:
-                await self._client.v2.billing.meter_event_stream.create_async(
-                    params, options={"api_key": token, "idempotency_key": f"meter-events:{digest}"}
-                )
+                await send(token)
             except (stripe.TemporarySessionExpiredError, stripe.AuthenticationError):
                 # The session ran out (or the sandbox behind it restarted): once more on a new one.
-                token = await self._meter_event_token(expired=token)
-                await self._client.v2.billing.meter_event_stream.create_async(
-                    params, options={"api_key": token, "idempotency_key": f"meter-events:{digest}"}
-                )
+                await send(await self._meter_event_token(expired=token))
 
     async def _meter_event_token(self, *, expired: str | None = None) -> str:
         """The meter event stream's session token, made again a minute before it runs out or
