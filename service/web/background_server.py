@@ -23,8 +23,12 @@ def bind_loopback(port: int = 0) -> socket.socket:
     (docs/adr/0008-measured-choices.md).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+    except BaseException:
+        sock.close()  # a port already taken must not leave an unbound socket to the collector
+        raise
     return sock
 
 

@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import httpx
 import stripe
 
 from tests.support.polling import until
-from tests.support.servers import bound_socket, port_of
+from tests.support.servers import ReservedPort
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_SECONDS = 60.0
@@ -24,18 +23,19 @@ STARTUP_SECONDS = 60.0
 
 @dataclass
 class Replica:
-    """`python -m service serve` on `listener`, a socket the test bound: no other process takes its port."""
+    """`python -m service serve` on a port the test reserved: no other process takes it, also
+    between a kill and a restart."""
 
     name: str
-    listener: socket.socket
+    reserved: ReservedPort
     env: dict[str, str]
     stripe_client: stripe.StripeClient
     log_path: Path | None = None
     process: asyncio.subprocess.Process | None = None
-    port: int = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.port = port_of(self.listener)
+    @property
+    def port(self) -> int:
+        return self.reserved.port
 
     @property
     def base_url(self) -> str:
@@ -56,8 +56,7 @@ class Replica:
         return self.log_path.read_text(errors="replace") if self.log_path else ""
 
     async def start(self) -> None:
-        if self.listener.fileno() == -1:  # a restart: the previous process took the socket with it
-            self.listener = bound_socket(self.port)
+        listener = self.reserved.listener()
         log = self.log_path.open("ab") if self.log_path else asyncio.subprocess.DEVNULL
         try:
             self.process = await asyncio.create_subprocess_exec(
@@ -66,8 +65,8 @@ class Replica:
                 "service",
                 "serve",
                 "--fd",
-                str(self.listener.fileno()),
-                pass_fds=(self.listener.fileno(),),
+                str(listener.fileno()),
+                pass_fds=(listener.fileno(),),
                 cwd=REPO_ROOT,
                 env={**os.environ, **self.env},
                 stdout=log,
@@ -79,7 +78,7 @@ class Replica:
                 log.close()  # the child keeps its own descriptor
             # The child serves on its own copy. Closing this one lets the port refuse connections
             # once the child exits, as a dead node's would, instead of queueing them here.
-            self.listener.close()
+            listener.close()
         process = self.process
         async with httpx.AsyncClient(timeout=1.0) as http:
 
@@ -94,7 +93,6 @@ class Replica:
 
     async def kill(self) -> None:
         """SIGKILL: no graceful anything, as when a node dies."""
-        self.listener.close()  # a replica never started still holds the socket the test bound
         if self.process is not None and self.process.returncode is None:
             self.process.send_signal(signal.SIGKILL)
             await self.process.wait()

@@ -1,7 +1,55 @@
 """Real servers for tests: uvicorn on a loopback socket picked by the kernel, in the test's event loop."""
 
+from __future__ import annotations
+
+import socket
+from types import TracebackType
+
 from service.web.background_server import bind_loopback as bound_socket
 from service.web.background_server import port_of
 from service.web.background_server import serve_in_background as serve
 
-__all__ = ["bound_socket", "port_of", "serve"]
+__all__ = ["ReservedPort", "bound_socket", "port_of", "serve"]
+
+
+def _shared_socket(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class ReservedPort:
+    """A loopback port that a test serves on more than once: a restarted replica or upstream.
+
+    Closing a listener and binding its port again leaves a gap in which another server, or the
+    local end of any connection, may take the port (CI runs two suites at once), and the restart
+    fails with EADDRINUSE. This holds the port for the test: a socket bound with SO_REUSEPORT that
+    never listens, so connections are refused while nothing serves, and `listener()` binds the same
+    port beside it each time a server starts. The kernel never hands a bound port to `bind` on port
+    0 or to an outgoing connection.
+    """
+
+    def __init__(self) -> None:
+        self._holder = _shared_socket(0)
+        self.port = port_of(self._holder)
+
+    def listener(self) -> socket.socket:
+        """A fresh socket bound on the reserved port, for one server to listen on."""
+        return _shared_socket(self.port)
+
+    def close(self) -> None:
+        self._holder.close()
+
+    def __enter__(self) -> ReservedPort:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, value: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()

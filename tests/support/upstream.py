@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.gateway.signing import USER_HEADER, verify_user_header
-from tests.support.servers import bound_socket, port_of, serve
+from tests.support.servers import ReservedPort, serve
 
 UPSTREAM_CREDENTIAL = "Bearer upstream-own-credential-123"
 USER_HEADER_SECRET = "shared-secret-between-gateway-and-vendor"
@@ -139,14 +139,14 @@ def build_upstream(release: anyio.Event) -> MCPServer:
 
 @dataclass
 class UpstreamHost:
-    port: int
+    reserved: ReservedPort
     recorder: Recorder = field(default_factory=Recorder)
     release: anyio.Event = field(default_factory=anyio.Event)
     extra_tool: str | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://127.0.0.1:{self.reserved.port}/mcp"
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPServer]:
@@ -158,17 +158,15 @@ class UpstreamHost:
             streamable_http_path="/mcp",
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        async with serve(self.recorder.wrap(app), bound_socket(self.port)):
+        async with serve(self.recorder.wrap(app), self.reserved.listener()):
             yield server
 
 
 @asynccontextmanager
 async def upstream_host(**kwargs: object) -> AsyncIterator[UpstreamHost]:
-    sock = bound_socket()
-    port = port_of(sock)
-    sock.close()  # `running()` binds the port again, each time it starts
-    host = UpstreamHost(port, **kwargs)  # type: ignore[arg-type]
-    try:
-        yield host
-    finally:
-        host.release.set()
+    with ReservedPort() as reserved:  # `running()` serves on it each time it starts
+        host = UpstreamHost(reserved, **kwargs)  # type: ignore[arg-type]
+        try:
+            yield host
+        finally:
+            host.release.set()

@@ -22,7 +22,7 @@ from service.identity import service as identity
 from tests.support.databases import DatabaseTemplates
 from tests.support.polling import until
 from tests.support.replicas import Replica
-from tests.support.servers import bound_socket, port_of
+from tests.support.servers import ReservedPort
 from tests.support.service import cheap_password_hashing
 
 CALLS = 4
@@ -67,14 +67,13 @@ async def test_sigterm_lets_in_flight_legacy_sse_calls_finish(
     database_url = db_templates.fresh_url(tmp_path)
     gate = tmp_path / "gate"
     gate.mkdir()
-    listener = bound_socket()
-    port = port_of(listener)
+    reserved = ReservedPort()
     replica = Replica(
         "terminated",
-        listener,
+        reserved,
         {
             "DATABASE_URL": database_url,
-            "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
+            "PUBLIC_BASE_URL": f"http://127.0.0.1:{reserved.port}",
             "STRIPE_SANDBOX_PORT": "0",
             "STRIPE_SANDBOX_STATE_FILE": str(tmp_path / "stripe.json"),
             "TOOL_PACKAGES": "service.example_tools:tools,tests.fixtures.vendor_tools:held",
@@ -115,6 +114,7 @@ async def test_sigterm_lets_in_flight_legacy_sse_calls_finish(
             exit_code = await replica.process.wait()
     finally:
         await replica.kill()
+        reserved.close()
     assert sorted(results) == [f"call-{n} done" for n in range(CALLS)]
     log = replica.log()
     # uvicorn re-raises the signal it handled once it has shut down, so the exit is SIGTERM's.

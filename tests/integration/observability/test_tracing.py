@@ -23,7 +23,7 @@ from service.observability.tracing import TRACER_NAME, tracer_provider
 from tests.integration.observability.observed import captured_logs, json_lines
 from tests.support.databases import DatabaseTemplates
 from tests.support.replicas import Replica
-from tests.support.servers import bound_socket, port_of, serve
+from tests.support.servers import ReservedPort, bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings
 
 CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -118,26 +118,25 @@ async def test_requests_are_exported_as_spans_and_logged_with_their_trace_id(dat
 async def test_serve_traces_when_the_endpoint_is_set(db_templates: DatabaseTemplates, tmp_path: Path) -> None:
     """`python -m service serve` with OTEL_EXPORTER_OTLP_ENDPOINT: spans reach the collector by exit."""
     collector = Collector()
-    async with serve(collector.app, bound_socket(), lifespan="off") as collector_url:
-        listener = bound_socket()
-        port = port_of(listener)
-        replica = Replica(
-            "traced",
-            listener,
-            {
-                "DATABASE_URL": db_templates.fresh_url(tmp_path),
-                "PUBLIC_BASE_URL": f"http://127.0.0.1:{port}",
-                "STRIPE_SANDBOX_PORT": "0",
-                "STRIPE_SANDBOX_STATE_FILE": str(tmp_path / "stripe.json"),
-                "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url,
-                "LOG_FORMAT": "json",
-                "LOG_LEVEL": "DEBUG",  # probes' access lines are DEBUG
-            },
-            stripe_client=None,  # type: ignore[arg-type]
-            log_path=tmp_path / "replica.log",
-        )
-        await replica.start()  # polls /readyz until it answers 200
-        await replica.terminate()  # uvicorn ends by re-raising the signal: -15
+    with ReservedPort() as reserved:
+        async with serve(collector.app, bound_socket(), lifespan="off") as collector_url:
+            replica = Replica(
+                "traced",
+                reserved,
+                {
+                    "DATABASE_URL": db_templates.fresh_url(tmp_path),
+                    "PUBLIC_BASE_URL": f"http://127.0.0.1:{reserved.port}",
+                    "STRIPE_SANDBOX_PORT": "0",
+                    "STRIPE_SANDBOX_STATE_FILE": str(tmp_path / "stripe.json"),
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": collector_url,
+                    "LOG_FORMAT": "json",
+                    "LOG_LEVEL": "DEBUG",  # probes' access lines are DEBUG
+                },
+                stripe_client=None,  # type: ignore[arg-type]
+                log_path=tmp_path / "replica.log",
+            )
+            await replica.start()  # polls /readyz until it answers 200
+            await replica.terminate()  # uvicorn ends by re-raising the signal: -15
     [ready, *_] = [
         span
         for span in collector.named("GET /readyz")

@@ -14,7 +14,7 @@ from service.billing.stripe_gateway import StripeGateway
 from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 from tests.support.databases import DatabaseTemplates
 from tests.support.replicas import Replica, replicas
-from tests.support.servers import bound_socket, port_of, serve
+from tests.support.servers import ReservedPort, bound_socket, port_of, serve
 
 STRIPE_KEY = "sk_test_replicas"
 WEBHOOK_SECRET = "whsec_replicas"
@@ -46,8 +46,8 @@ async def cluster(
     pg_templates: DatabaseTemplates, tmp_path: Path, request: pytest.FixtureRequest
 ) -> AsyncIterator[Cluster]:
     database_url = pg_templates.fresh_url(tmp_path)
-    listeners = {name: bound_socket() for name in "abc"}
-    ports = {name: port_of(listener) for name, listener in listeners.items()}
+    reserved = {name: ReservedPort() for name in "abc"}
+    ports = {name: port.port for name, port in reserved.items()}
     stripe_socket = bound_socket()
     stripe_base = f"http://127.0.0.1:{port_of(stripe_socket)}"
     sandbox_app = create_sandbox_app(
@@ -76,12 +76,12 @@ async def cluster(
     made = [
         Replica(
             name,
-            listener,
+            port,
             {**env, "LOG_LEVEL": "INFO"},
             gateway.client,
             log_path=tmp_path / f"replica-{name}.log",
         )
-        for name, listener in listeners.items()
+        for name, port in reserved.items()
     ]
     try:
         async with serve(sandbox_app, stripe_socket):
@@ -92,6 +92,8 @@ async def cluster(
                 )
     finally:
         await gateway.aclose()
+        for port in reserved.values():
+            port.close()
         if request.node.stash.get(CALL_FAILED, False):
             # CI shows only pytest's output: put what each replica logged next to the failure.
             for replica in made:
