@@ -69,7 +69,8 @@ test: install browser node-deps
 test-fast: install
 	$(BIN)/python -m pytest -q tests/unit tests/in_memory $(PYTEST_ARGS)
 
-# The same suite against a PostgreSQL server: TEST_POSTGRES_URL=postgresql://user@host:port/db.
+# The tests whose database follows TEST_DATABASE, on a PostgreSQL server at
+# TEST_POSTGRES_URL=postgresql://user@host:port/db; the others run only in `make test`.
 # Without coverage: `make test` measures it, and tracing every line costs CI time twice otherwise.
 test-postgres: install browser node-deps
 	TEST_DATABASE=postgres $(BIN)/python -m pytest $(PYTEST_ARGS)

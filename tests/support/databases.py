@@ -10,6 +10,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from sqlalchemy.engine import make_url
 from service.db.migrations import upgrade_to_head
 
 DEFAULT_POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DROP_CONCURRENCY = 8
+TEMPLATE_FIXTURES = {"sqlite": "sqlite_templates", "postgres": "pg_templates"}
+"""Each backend's template fixture, for tests that run on both whatever TEST_DATABASE says."""
 
 
 def test_backend() -> str:
@@ -104,5 +108,7 @@ class DatabaseTemplates:
         return f"sqlite:///{tmp_path / 'empty.db'}"
 
     def close(self) -> None:
-        for name in reversed(self._created):
-            drop_postgres_database(name)
+        """Drops the databases this run made, several at a time: one drop waits mostly on the
+        server's file removal, so a serial teardown of a few hundred took tens of seconds."""
+        with ThreadPoolExecutor(DROP_CONCURRENCY) as pool:
+            list(pool.map(drop_postgres_database, self._created))

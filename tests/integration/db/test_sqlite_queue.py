@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from sqlalchemy import event, func
 from sqlmodel import col, select
 
@@ -15,14 +13,6 @@ from service.audit.models import AuditEvent
 from service.audit.service import AuditKind, record
 from service.db.engine import create_engine, create_session_factory
 from tests.support.databases import DatabaseTemplates
-
-
-@pytest.fixture(scope="module")
-def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseTemplates]:
-    """SQLite whatever TEST_DATABASE says: the queue is SQLite's alone."""
-    templates = DatabaseTemplates("sqlite", tmp_path_factory.mktemp("sqlite-template"))
-    yield templates
-    templates.close()
 
 
 async def test_concurrent_sqlite_transactions_share_one_connection_and_all_commit(

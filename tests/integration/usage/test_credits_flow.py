@@ -14,7 +14,7 @@ from mcp import MCPError
 from service.billing.usage_models import CreditBalance, CreditEntry, UsageRecord
 from service.paywall.models import Elicitation
 from stripe_sandbox import SandboxConfig, create_sandbox_app
-from tests.support.databases import DatabaseTemplates
+from tests.support.databases import TEMPLATE_FIXTURES, DatabaseTemplates
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import buy_credits
 from tests.support.servers import bound_socket, port_of, serve
@@ -119,14 +119,11 @@ async def test_modern_client_buys_credits_and_its_retry_runs(small_pack_service:
     assert balance.balance == 0
 
 
-@pytest.fixture(params=["default", "postgres"])
-async def racing_service(
-    request: pytest.FixtureRequest, tmp_path: Path, database_url: str
-) -> AsyncIterator[RunningService]:
-    url = database_url
-    if request.param == "postgres":
-        templates: DatabaseTemplates = request.getfixturevalue("pg_templates")
-        url = templates.fresh_url(tmp_path)
+@pytest.fixture(params=["sqlite", "postgres"])
+async def racing_service(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunningService]:
+    """Both backends whatever TEST_DATABASE says: the PostgreSQL suite leaves these tests out."""
+    templates: DatabaseTemplates = request.getfixturevalue(TEMPLATE_FIXTURES[request.param])
+    url = templates.fresh_url(tmp_path)
     plans = tmp_path / "plans.toml"
     plans.write_text(SMALL_PACKS)
     async with run_service(url, plans_file=plans) as running:
