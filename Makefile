@@ -60,9 +60,13 @@ run: migrate
 
 # Branch coverage of service/ and stripe_sandbox/ is reported after the run; below the floor in pyproject.toml it fails.
 COV_ARGS := --cov --cov-report=term-missing:skip-covered
+# Worker processes (pytest-xdist): a suite mostly waits on servers, subprocesses and PostgreSQL, so
+# two keep a small machine busy. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+WORKER_ARGS := -n $(TEST_WORKERS)
 
 test: install browser node-deps
-	$(BIN)/python -m pytest $(COV_ARGS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(WORKER_ARGS) $(COV_ARGS) $(PYTEST_ARGS)
 
 # The fast tier, for the edit-test loop: unit tests and the MCP server in memory (tests/in_memory),
 # with no HTTP server, browser or subprocess; `make test` runs them too.
@@ -73,7 +77,7 @@ test-fast: install
 # TEST_POSTGRES_URL=postgresql://user@host:port/db; the others run only in `make test`.
 # Without coverage: `make test` measures it, and tracing every line costs CI time twice otherwise.
 test-postgres: install browser node-deps
-	TEST_DATABASE=postgres $(BIN)/python -m pytest $(PYTEST_ARGS)
+	TEST_DATABASE=postgres $(BIN)/python -m pytest $(WORKER_ARGS) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check service stripe_sandbox sandbox tests bench alembic .ci
