@@ -47,7 +47,7 @@ async def cluster(
 ) -> AsyncIterator[Cluster]:
     database_url = pg_templates.fresh_url(tmp_path)
     reserved = {name: ReservedPort() for name in "abc"}
-    ports = {name: port.port for name, port in reserved.items()}
+    ports = {name: reservation.port for name, reservation in reserved.items()}
     stripe_socket = bound_socket()
     stripe_base = f"http://127.0.0.1:{port_of(stripe_socket)}"
     sandbox_app = create_sandbox_app(
@@ -76,12 +76,12 @@ async def cluster(
     made = [
         Replica(
             name,
-            port,
+            reservation,
             {**env, "LOG_LEVEL": "INFO"},
             gateway.client,
             log_path=tmp_path / f"replica-{name}.log",
         )
-        for name, port in reserved.items()
+        for name, reservation in reserved.items()
     ]
     try:
         async with serve(sandbox_app, stripe_socket):
@@ -92,8 +92,8 @@ async def cluster(
                 )
     finally:
         await gateway.aclose()
-        for port in reserved.values():
-            port.close()
+        for reservation in reserved.values():
+            reservation.close()
         if request.node.stash.get(CALL_FAILED, False):
             # CI shows only pytest's output: put what each replica logged next to the failure.
             for replica in made:
