@@ -49,6 +49,7 @@ class SessionScope:
 
     session_id: str | None = None
     streams: dict[StreamId, _Stream] = field(default_factory=dict)
+    ended: bool = False  # the session is over: what its requests still send is not kept
 
 
 _scope: ContextVar[SessionScope | None] = ContextVar("mcp_session_scope", default=None)
@@ -119,6 +120,7 @@ class SessionEventStore(EventStore):
         """The session ended: its events go with it."""
         scope = self._sessions.pop(session_id, None)
         if scope is not None:
+            scope.ended = True
             for stream in list(scope.streams.values()):
                 self._drop(stream)
 
@@ -132,7 +134,9 @@ class SessionEventStore(EventStore):
 
     async def store_event(self, stream_id: StreamId, message: JSONRPCMessage | None) -> EventId:
         owner = _scope.get()
-        if owner is None:  # not inside a request's session scope: nothing to resume from
+        # Outside a request's session scope, or after its session ended (a tool call that finishes
+        # after the DELETE): nothing to resume from, and nothing kept that no session would forget.
+        if owner is None or owner.ended:
             return f"{self._prefix}-0-{next(self._serials)}"
         now = self._clock()
         stream = owner.streams.get(stream_id)

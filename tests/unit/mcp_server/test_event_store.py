@@ -149,6 +149,20 @@ async def test_forgetting_a_session_frees_its_events() -> None:
     assert (store.stream_count(), store.session_count(), store.size) == (0, 0, 0)
 
 
+async def test_what_a_request_sends_after_its_session_ended_is_not_kept() -> None:
+    """A tool call still running when its session is deleted answers into a scope no one forgets."""
+    store = make_store()
+    ending = session(store, "s1")
+    with within(ending):
+        priming = await store.store_event("2", None)
+    store.forget("s1")
+    with within(ending):
+        late = await store.store_event("2", response(2))
+        assert await replay(store, priming) == (None, [])
+    assert late != priming
+    assert (store.stream_count(), store.size) == (0, 0)
+
+
 async def test_outside_any_session_nothing_is_kept() -> None:
     store = make_store()
     first = await store.store_event("1", None)
