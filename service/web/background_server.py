@@ -14,17 +14,20 @@ from starlette.types import ASGIApp
 STARTUP_TIMEOUT_SECONDS = 20.0
 
 
-def bind_loopback(port: int = 0) -> socket.socket:
+def bind_loopback(port: int = 0, *, share_port: bool = False) -> socket.socket:
     """A socket bound on 127.0.0.1 (port 0: the kernel picks); its port is known before serving.
 
     Made with an explicit IPPROTO_TCP: asyncio disables Nagle's algorithm only on accepted sockets
     whose `proto` is TCP, and accepted sockets inherit 0 from a listener made without it. Then
     every response uvicorn writes in two pieces (head, body) waits out the peer's delayed ACK
-    (docs/adr/0008-measured-choices.md).
+    (docs/adr/0008-measured-choices.md). `share_port` sets SO_REUSEPORT, so that other sockets of
+    this user that set it too may bind the same port (a port held across restarts).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if share_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(("127.0.0.1", port))
     except BaseException:
         sock.close()  # a port already taken must not leave an unbound socket to the collector

@@ -12,18 +12,6 @@ from service.web.background_server import serve_in_background as serve
 __all__ = ["ReservedPort", "bound_socket", "port_of", "serve"]
 
 
-def _shared_socket(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(("127.0.0.1", port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 class ReservedPort:
     """A loopback port that a test serves on more than once: a restarted replica or upstream.
 
@@ -36,12 +24,12 @@ class ReservedPort:
     """
 
     def __init__(self) -> None:
-        self._holder = _shared_socket(0)
+        self._holder = bound_socket(share_port=True)
         self.port = port_of(self._holder)
 
     def listener(self) -> socket.socket:
         """A fresh socket bound on the reserved port, for one server to listen on."""
-        return _shared_socket(self.port)
+        return bound_socket(self.port, share_port=True)
 
     def close(self) -> None:
         self._holder.close()

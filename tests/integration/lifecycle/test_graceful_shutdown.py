@@ -83,9 +83,9 @@ async def test_sigterm_lets_in_flight_legacy_sse_calls_finish(
         stripe_client=None,  # type: ignore[arg-type]
         log_path=tmp_path / "replica.log",
     )
-    token = await personal_token(database_url, replica.mcp_url)
-    await replica.start()
     try:
+        token = await personal_token(database_url, replica.mcp_url)
+        await replica.start()
         calls = [asyncio.create_task(held_call(replica, token, f"call-{n}")) for n in range(CALLS)]
 
         async def all_started() -> bool:
