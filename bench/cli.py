@@ -64,6 +64,8 @@ class Options:
     soak_seconds: float
     output: Path
     paid_overrides: dict[str, Any] = field(default_factory=dict)
+    # A/B runs: a "paid-alt" server with these settings over paid's, in the throughput turns.
+    variant_overrides: dict[str, Any] | None = None
 
 
 @dataclass
@@ -112,6 +114,8 @@ class Bench:
         wanted = {"bare", "bare-auth", "paid"}
         if "throughput" in options.scenarios:
             wanted |= {"bare-json", "bare-auth-json", "paid-json"}
+            if options.variant_overrides is not None:
+                wanted |= {"paid-alt", "paid-alt-json"}
         if options.postgres and {"webhooks", "notify"} & set(options.scenarios):
             wanted.add("paid-pg")
         if options.postgres and "notify" in options.scenarios:
@@ -177,6 +181,8 @@ class Bench:
             )
             print(f"  seeded {name} ({time.monotonic() - started:.1f} s)", flush=True)
             settings = self.paid_settings(database_url, port)
+            if name.startswith("paid-alt"):
+                settings |= options.variant_overrides or {}
             if name.startswith("paid-flood"):
                 settings |= login_flood.PRODUCTION_LIKE
             if name == "paid-prod":
@@ -281,9 +287,10 @@ class Bench:
         """Per mode and concurrency, the three servers in turns of short slices from one generator
         (`bench/interleaved.py`); ratios are medians of per-cycle ratios."""
         options = self.options
+        order = SERVER_ORDER + (("paid-alt",) if options.variant_overrides is not None else ())
         for label, (mode, suffix) in MODES.items():
             for concurrency in options.concurrency:
-                names = [base + suffix for base in SERVER_ORDER]
+                names = [base + suffix for base in order]
                 slice_bound = slice_seconds(options.slice, concurrency)
                 result = procs.run_generator(
                     {
@@ -309,9 +316,9 @@ class Bench:
                 )
                 cycles = {
                     base: [{"rps": rate} for rate in result["targets"][base + suffix]["rates"]]
-                    for base in SERVER_ORDER
+                    for base in order
                 }
-                for base in SERVER_ORDER:
+                for base in order:
                     self._throughput_row(label, concurrency, base, suffix, result, cycles)
 
     def _throughput_row(
@@ -327,6 +334,9 @@ class Bench:
         notes = []
         if base == "paid" and suffix:
             notes.append("MCP_JSON_RESPONSE=true")
+        if base == "paid-alt":
+            notes.append(f"vs paid: {fmt(ratio_of(cycles[base], cycles['paid']), 2, 'x')}")
+            notes.append(f"90% interval vs paid: {ratio_interval(cycles[base], cycles['paid'])}")
         if base != "bare":
             notes.append(f"90% interval vs bare: {ratio_interval(cycles[base], cycles['bare'])}")
             notes.append(f"cycles vs bare: {ratio_spread(cycles[base], cycles['bare'])}")
@@ -827,6 +837,17 @@ async def notification_latency(
     }
 
 
+def settings_object(parser: argparse.ArgumentParser, option: str, text: str) -> dict[str, Any]:
+    """An option's JSON object of settings; a parser error for anything else."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        parser.error(f"{option} is not JSON: {exc}")
+    if not isinstance(value, dict):
+        parser.error(f"{option} must be a JSON object")
+    return value
+
+
 def parse_options(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per measurement (default 3)")
@@ -852,6 +873,11 @@ def parse_options(argv: list[str]) -> Options:
         help="experiments only: settings over every paid server's, as JSON "
         """(e.g. '{"log_level": "WARNING"}'); the report's command names them""",
     )
+    parser.add_argument(
+        "--variant-settings",
+        help="A/B runs: a paid-alt server with these settings over paid's (JSON), served in the "
+        "throughput scenario's turns next to paid, and compared with it",
+    )
     args = parser.parse_args(argv)
     scenarios = [name for name in args.scenarios.split(",") if name]
     unknown = set(scenarios) - set(SCENARIOS)
@@ -861,12 +887,12 @@ def parse_options(argv: list[str]) -> Options:
         parser.error("rounds must be 1..20 and duration 0.5..60 s")
     if not 2 <= args.cycles <= 200 or not 0.1 <= args.slice <= 10:
         parser.error("cycles must be 2..200 and slice 0.1..10 s")
-    try:
-        paid_overrides = json.loads(args.paid_settings)
-    except ValueError as exc:
-        parser.error(f"--paid-settings is not JSON: {exc}")
-    if not isinstance(paid_overrides, dict):
-        parser.error("--paid-settings must be a JSON object")
+    paid_overrides = settings_object(parser, "--paid-settings", args.paid_settings)
+    variant_overrides = (
+        None
+        if args.variant_settings is None
+        else settings_object(parser, "--variant-settings", args.variant_settings)
+    )
     return Options(
         rounds=args.rounds,
         duration=args.duration,
@@ -881,6 +907,7 @@ def parse_options(argv: list[str]) -> Options:
         soak_seconds=min(max(args.soak_seconds, 10.0), 3600.0),
         output=args.output,
         paid_overrides=paid_overrides,
+        variant_overrides=variant_overrides,
     )
 
 
