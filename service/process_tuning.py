@@ -2,8 +2,9 @@
 
 `create_app` touches no process-wide state, so several apps can start and stop in one process (the
 tests do). The process `serve` runs holds one app, and there the collector is tuned once the
-lifespan has started (`service/gc_tuning.py`) and the loop's thread declares asyncio to sniffio
-(`service/async_library.py`); both are undone when the lifespan ends.
+lifespan has started (`service/gc_tuning.py`), the loop's thread declares asyncio to sniffio
+(`service/async_library.py`), and the loop makes tasks whose cancellation leaves no cycle
+(`service/compat/anyio.py`); all are undone when the lifespan ends.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from contextlib import ExitStack
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.async_library import declared_asyncio
+from service.compat.anyio import lean_cancelled_tasks
 from service.gc_tuning import tuned_gc
 from service.settings import TuningSettings
 
@@ -24,6 +26,7 @@ class ProcessTuning:
         self.app = app
         self._gc_freeze = tuning.gc_freeze
         self._gen0_threshold = tuning.gc_gen0_threshold
+        self._lean_tasks = tuning.anyio_workarounds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "lifespan":
@@ -31,6 +34,8 @@ class ProcessTuning:
             return
         with ExitStack() as tuning:
             tuning.enter_context(declared_asyncio())
+            if self._lean_tasks:
+                tuning.enter_context(lean_cancelled_tasks())
 
             async def send_after_tuning(message: Message) -> None:
                 # Freeze the heap the lifespan built, before the first request arrives.

@@ -365,6 +365,10 @@ class TuningSettings(Section):
     `service/gc_tuning.py`)."""
     gc_gen0_threshold: int = Field(default=10_000, ge=0)
     """After start-up, the garbage collector's gen0 threshold; `0` keeps Python's 700."""
+    anyio_workarounds: bool = True
+    """Apply the measured workaround for anyio's cancelled-task reference cycle in `serve`
+    (`service/compat/anyio.py`, ADR 0009), also off on an anyio version it was not checked on;
+    false leaves the event loop's tasks as asyncio makes them."""
     sync_tool_threads: int = Field(default=40, ge=1, le=1000)
     """Sync tool calls running at once in worker threads; more wait for a thread (see
     `service/tool_threads.py`)."""
