@@ -27,12 +27,21 @@ def nesting_depth_over(value: Any, limit: int) -> bool:
     return False
 
 
+def openers(data: str | bytes) -> int:
+    """How many `{` and `[` the text holds: no parsed value nests deeper than that (each object or
+    array opens with one; those inside strings only raise the count)."""
+    if isinstance(data, bytes):
+        return data.count(b"{") + data.count(b"[")
+    return data.count("{") + data.count("[")
+
+
 def loads_bounded(data: str | bytes, max_depth: int) -> Any:
-    """`json.loads`, raising `JsonTooDeep` for input nested over `max_depth` (ValueError when invalid)."""
+    """`json.loads`, raising `JsonTooDeep` for input nested over `max_depth` (ValueError when invalid).
+    The parsed value is walked only when the text has more openers than `max_depth`."""
     try:
         value = json.loads(data)
     except RecursionError as exc:
         raise JsonTooDeep(f"JSON nested more than {max_depth} deep") from exc
-    if nesting_depth_over(value, max_depth):
+    if openers(data) > max_depth and nesting_depth_over(value, max_depth):
         raise JsonTooDeep(f"JSON nested more than {max_depth} deep")
     return value

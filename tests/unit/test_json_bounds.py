@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from service.json_bounds import JsonTooDeep, loads_bounded, nesting_depth_over
+from service.json_bounds import JsonTooDeep, loads_bounded, nesting_depth_over, openers
 
 
 def test_depth_counts_objects_and_arrays() -> None:
@@ -25,3 +25,18 @@ def test_at_the_limit_parses() -> None:
     assert loads_bounded("[" * 64 + "]" * 64, 64) is not None
     with pytest.raises(json.JSONDecodeError):
         loads_bounded("{", 64)
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, {"b": []}]}', '["{[{[", {"k": "]]]"}]', '"[[[[[[["'])
+def test_openers_bound_the_depth_of_what_parses(text: str) -> None:
+    value = json.loads(text)
+    depth = next(limit for limit in range(10) if not nesting_depth_over(value, limit))
+    assert depth <= openers(text) == openers(text.encode())
+
+
+def test_brackets_inside_strings_do_not_let_deep_input_through() -> None:
+    deep = "[" * 65 + '"' + "}" * 70 + '"' + "]" * 65
+    with pytest.raises(JsonTooDeep):
+        loads_bounded(deep.encode(), 64)
+    shallow_but_many = json.dumps({"text": "[" * 200})
+    assert loads_bounded(shallow_but_many, 64) == {"text": "[" * 200}
