@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
+from collections.abc import Iterable
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # form-action is deliberately absent: Chromium applies it to the redirects that follow a form
@@ -24,6 +25,9 @@ class SecurityHeadersMiddleware:
         }
         if hsts:
             self.headers["strict-transport-security"] = "max-age=63072000; includeSubDomains"
+        self._raw = [
+            (name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -32,12 +36,18 @@ class SecurityHeadersMiddleware:
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in self.headers.items():
-                    if name not in headers:
-                        headers[name] = value
-                if headers.get("content-type", "").startswith("text/html") and "cache-control" not in headers:
-                    headers["cache-control"] = "no-store"
+                message["headers"] = self.completed(message.get("headers", ()))
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    def completed(self, headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """The response's raw headers plus each of ours it lacks (and `no-store` on HTML)."""
+        raw = list(headers)
+        present = {name.lower() for name, _ in raw}
+        raw.extend(pair for pair in self._raw if pair[0] not in present)
+        if b"cache-control" not in present and any(
+            name.lower() == b"content-type" and value.startswith(b"text/html") for name, value in raw
+        ):
+            raw.append((b"cache-control", b"no-store"))
+        return raw
