@@ -16,7 +16,7 @@ CONTENT_SECURITY_POLICY = (
 class SecurityHeadersMiddleware:
     def __init__(self, app: ASGIApp, *, hsts: bool) -> None:
         self.app = app
-        self.headers = {
+        ours = {
             "content-security-policy": CONTENT_SECURITY_POLICY,
             "x-content-type-options": "nosniff",
             "x-frame-options": "DENY",
@@ -24,10 +24,8 @@ class SecurityHeadersMiddleware:
             "cross-origin-opener-policy": "same-origin",
         }
         if hsts:
-            self.headers["strict-transport-security"] = "max-age=63072000; includeSubDomains"
-        self._raw = [
-            (name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()
-        ]
+            ours["strict-transport-security"] = "max-age=63072000; includeSubDomains"
+        self._ours = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in ours.items()]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -45,7 +43,7 @@ class SecurityHeadersMiddleware:
         """The response's raw headers plus each of ours it lacks (and `no-store` on HTML)."""
         raw = list(headers)
         present = {name.lower() for name, _ in raw}
-        raw.extend(pair for pair in self._raw if pair[0] not in present)
+        raw.extend(pair for pair in self._ours if pair[0] not in present)
         if b"cache-control" not in present and any(
             name.lower() == b"content-type" and value.startswith(b"text/html") for name, value in raw
         ):

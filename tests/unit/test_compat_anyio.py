@@ -72,7 +72,7 @@ async def test_anyio_still_keeps_a_cancelled_childs_stack_in_a_cycle() -> None:
 async def test_with_lean_tasks_a_cancelled_childs_stack_goes_with_its_group() -> None:
     assert anyio_version() in CHECKED_VERSIONS
     with collector_off(), lean_cancelled_tasks() as lean:
-        assert lean
+        assert lean and asyncio.get_running_loop().get_task_factory() is lean_task_factory
         marker = await cancelled_child_marker()
         assert marker() is None, "the child's frame went with the group, by reference counting"
     assert asyncio.get_running_loop().get_task_factory() is None
@@ -184,4 +184,3 @@ async def test_a_task_factory_already_set_is_left_in_place() -> None:
         assert loop.get_task_factory() is theirs
     finally:
         loop.set_task_factory(None)
-    assert lean_task_factory is not theirs
