@@ -160,16 +160,19 @@ async def lifespan(app: Any) -> tuple[asyncio.Task[None], asyncio.Queue[dict[str
 class OwnProcess:
     """Sets this thread as each server's own process would have it, for servers measured in turns
     in one process: the bare SDK with no sniffio installed (as `make bench` starts it, see
-    `bench/without_sniffio`), ours with sniffio and asyncio declared to it (`serve`'s wrapper declares
-    it, `service/process_tuning.py`). Make it after the servers' lifespans have started."""
+    `bench/without_sniffio`) and asyncio's own tasks, ours with sniffio and asyncio declared to it
+    and the loop's task factory as `serve`'s wrapper sets them (`service/process_tuning.py`). Make it
+    after the servers' lifespans have started."""
 
     def __init__(self) -> None:
         self._declared = sniffio.thread_local.name
+        self._task_factory = asyncio.get_running_loop().get_task_factory()
 
     def enter(self, server: str) -> None:
         ours = server.startswith("paid")
         anyio_eventloop.sniffio = sniffio if ours else None
         sniffio.thread_local.name = self._declared if ours else None
+        asyncio.get_running_loop().set_task_factory(self._task_factory if ours else None)
 
 
 async def paid_app(workdir: Path) -> tuple[Any, str]:
