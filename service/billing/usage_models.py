@@ -27,7 +27,15 @@ class UsageRecord(SQLModel, table=True):
             sqlite_where=text("funding = 'metered' AND reported_at IS NULL"),
             postgresql_where=text("funding = 'metered' AND reported_at IS NULL"),
         ),
-        Index("ix_usage_record_user_id_created_at", "user_id", "created_at"),
+        # What `billing_status` sums: a subscription's metered calls in a period. Credit-funded
+        # and included calls, most of the rows, write no entry here.
+        Index(
+            "ix_usage_record_metered_period",
+            "subscription_id",
+            "period",
+            sqlite_where=text("funding = 'metered'"),
+            postgresql_where=text("funding = 'metered'"),
+        ),
     )
 
     id: str = Field(primary_key=True, max_length=64)
@@ -78,6 +86,15 @@ class CreditEntry(SQLModel, table=True):
     so a webhook delivered twice or a retried call cannot add or take a credit twice."""
 
     __tablename__ = "credit_entry"
+    __table_args__ = (
+        # Purchases and their reversals carry a payment; spends, most of the rows, write no entry here.
+        Index(
+            "ix_credit_entry_payment_intent_id",
+            "payment_intent_id",
+            sqlite_where=text("payment_intent_id IS NOT NULL"),
+            postgresql_where=text("payment_intent_id IS NOT NULL"),
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", max_length=40, index=True)
@@ -85,5 +102,5 @@ class CreditEntry(SQLModel, table=True):
     reason: str = Field(max_length=16)  # purchase | spend | reversal
     source: str = Field(max_length=300, unique=True)
     pack_id: str | None = Field(default=None, max_length=64)
-    payment_intent_id: str | None = Field(default=None, max_length=255, index=True)
+    payment_intent_id: str | None = Field(default=None, max_length=255)
     created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
+from service.billing.usage import new_usage_id
 from service.billing.usage_reporter import retry_delay
 from service.paywall.admission import RETRY_WINDOW_SECONDS, call_key
 
@@ -35,3 +37,14 @@ def test_anything_else_is_another_call() -> None:
 def test_meter_event_retries_back_off_to_an_hour() -> None:
     assert [retry_delay(n) for n in (1, 2, 3)] == [timedelta(seconds=s) for s in (30, 60, 120)]
     assert retry_delay(30) == timedelta(hours=1)
+
+
+def test_usage_ids_are_unique_and_lead_with_the_time_they_were_made() -> None:
+    before = time.time_ns() // 1000
+    made = [new_usage_id() for _ in range(1000)]
+    after = time.time_ns() // 1000
+    assert len(set(made)) == len(made)
+    stamps = [int(usage_id[3:16], 16) for usage_id in made]
+    assert all(usage_id.startswith("ur_") and len(usage_id) <= 64 for usage_id in made)
+    assert before <= stamps[0] and stamps[-1] <= after
+    assert stamps == sorted(stamps), "made one after another, they sort in that order"
