@@ -153,7 +153,10 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
         workdir,
     )
     procs.wait_ready(server)
-    print(f"{'mode':12} {'c':>3} {'caller':12} {'calls/s':>8} {'p50 ms':>7}  vs subscription (cycles)")
+    print(
+        f"{'mode':12} {'c':>3} {'caller':12} {'calls/s':>8} {'p50 ms':>7} {'CPU us':>7}"
+        "  vs subscription (cycles)"
+    )
     for mode in options.modes:
         for concurrency in options.concurrency:
             tokens = {"subscription": base.entitled.token, **cells[f"{mode}-{concurrency}"]}
@@ -182,9 +185,17 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
                 errors = (
                     f"  {measured['errors']} errors: {measured['first_error']}" if measured["errors"] else ""
                 )
+                # The server's CPU per call (all its threads), median over the caller's slices.
+                cpu_per_call = median(
+                    [
+                        cores / rate * 1e6
+                        for cores, rate in zip(measured["server_cpu"], measured["rates"], strict=True)
+                        if rate
+                    ]
+                )
                 print(
                     f"{mode:12} {concurrency:>3} {name:12} {fmt(median(measured['rates']), 0):>8} "
-                    f"{fmt(measured['p50_ms'], 2):>7}  {ratio} "
+                    f"{fmt(measured['p50_ms'], 2):>7} {fmt(cpu_per_call, 0):>7}  {ratio} "
                     f"({ratio_spread(cycles[name], cycles['subscription'])}){errors}",
                     flush=True,
                 )
