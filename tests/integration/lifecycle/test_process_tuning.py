@@ -54,7 +54,10 @@ async def test_apps_started_and_stopped_in_one_process_touch_no_process_wide_sta
 async def test_the_serve_wrapper_tunes_the_process_while_the_app_runs(database_url: str) -> None:
     with untuned_process() as (threshold, frozen):
         sock = bound_socket()
-        settings = make_settings(database_url, port_of(sock), gc_gen0_threshold=12_345)
+        # On explicitly: CI also runs the suite with ANYIO_WORKAROUNDS=false in the environment.
+        settings = make_settings(
+            database_url, port_of(sock), gc_gen0_threshold=12_345, anyio_workarounds=True
+        )
         async with serve(ProcessTuning(create_app(settings), settings.tuning), sock):
             assert gc.get_freeze_count() > 10_000, "the start-up heap is out of the collector's walks"
             assert gc.get_threshold()[0] == 12_345

@@ -29,7 +29,7 @@ from service.compat.mcp import (
     schema_lookup,
     sdk_version,
 )
-from tests.support.service import RunningService, run_service
+from tests.support.service import run_service
 from tests.support.subscriptions import can_use_paid_tool, subscribe
 
 MODERN = "2026-07-28"
@@ -138,12 +138,14 @@ def test_off_on_an_sdk_version_it_was_not_checked_against() -> None:
     assert sdk_version() in CHECKED_VERSIONS, "a new SDK: measure again (ADR 0005), then list it"
 
 
-async def test_the_service_installs_both(service: RunningService, database_url: str) -> None:
+async def test_the_service_installs_both(database_url: str) -> None:
     otel = otel_middleware_class()
     assert otel is not None
-    assert isinstance(schema_lookup(service.runtime.mcp), HeaderSchemaLookup)
-    assert not any(isinstance(item, otel) for item in service.runtime.mcp.middleware)
-    async with run_service(database_url, mcp_otel_spans=True) as with_spans:
+    # On explicitly: CI also runs the suite with MCP_SDK_WORKAROUNDS=false in the environment.
+    async with run_service(database_url, mcp_sdk_workarounds=True) as service:
+        assert isinstance(schema_lookup(service.runtime.mcp), HeaderSchemaLookup)
+        assert not any(isinstance(item, otel) for item in service.runtime.mcp.middleware)
+    async with run_service(database_url, mcp_sdk_workarounds=True, mcp_otel_spans=True) as with_spans:
         assert any(isinstance(item, otel) for item in with_spans.runtime.mcp.middleware)
 
 
