@@ -13,11 +13,11 @@ async def plan_of(ledger: Ledger, statement: Executable) -> str:
     an index it can use is the one it picks even on an empty table."""
     dialect = ledger.engine.dialect
     sql = str(statement.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
-    async with ledger.engine.connect() as connection:
+    async with ledger.engine.connect() as connection, connection.begin():
         if dialect.name == "sqlite":
             rows = (await connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()
             return "\n".join(str(row[-1]) for row in rows)
-        await connection.exec_driver_sql("SET enable_seqscan = off")
+        await connection.exec_driver_sql("SET LOCAL enable_seqscan = off")  # this transaction only
         rows = (await connection.exec_driver_sql(f"EXPLAIN {sql}")).all()
         return "\n".join(str(row[0]) for row in rows)
 
