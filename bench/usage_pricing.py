@@ -9,7 +9,7 @@ to Stripe). Each (mode, concurrency) cell gets fresh credit and metered users, s
 cell can pass as a retry of another's (a 2026-07-28 request id repeats across generator
 processes). The ratio is the median of per-cycle throughput ratios against `subscription`.
 
-    .venv/bin/python -m bench.usage_pricing --concurrency 1 16 --cycles 10 --slice 0.5
+    .venv/bin/python -m bench.usage_pricing --concurrency 1 16 --cycles 10 --slice 0.5 [--postgres]
 """
 
 from __future__ import annotations
@@ -101,14 +101,23 @@ def main(argv: list[str] | None = None) -> int:
         help="USAGE_REPORT_INTERVAL_SECONDS of the server (0: off)",
     )
     parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help=f"the server's database on the local PostgreSQL ({seed.POSTGRES_ADMIN_URL}), not SQLite",
+    )
+    parser.add_argument(
         "--quiet-logs", action="store_true", help="log at WARNING (no access lines): not as deployed"
     )
     options = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="bench-usage-"))
+    database = seed.postgres_database() if options.postgres else None
+    options.database_url = database[0] if database is not None else None
     try:
         return _run(options, workdir)
     finally:
         procs.stop_all()
+        if database is not None:
+            seed.drop_postgres_database(database[1])
 
 
 def _run(options: argparse.Namespace, workdir: Path) -> int:
@@ -118,7 +127,7 @@ def _run(options: argparse.Namespace, workdir: Path) -> int:
     sock = procs.listener()
     port = procs.port_of(sock)
     resource_url = f"http://127.0.0.1:{port}/mcp"
-    database_url = seed.sqlite_database(workdir, "paid")
+    database_url = options.database_url or seed.sqlite_database(workdir, "paid")
 
     async def seeded() -> tuple[seed.Seeded, dict[str, dict[str, str]]]:
         stripe = await seed.Stripe.connect(api_base)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import Table, func, update
+from sqlalchemy import Table, bindparam, func, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import col, select
@@ -75,31 +75,55 @@ def _table(model: Any) -> Table:
     return table
 
 
+# The decisions' UPDATEs name tables, not ORM classes: an UPDATE of a mapped class runs the ORM's
+# bulk-update machinery (synchronising the session's objects), which these rows never are.
+_BALANCE = _table(CreditBalance)
+_COUNTER = _table(UsageCounter)
+_USAGE = _table(UsageRecord)
+
+
 def _insert(session: AsyncSession, model: Any) -> Any:
     dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     factory = postgresql_insert if dialect == "postgresql" else sqlite_insert
     return factory(_table(model))
 
 
+# The usage row's columns a decision writes: all but what the reporter fills in later.
+_CLAIM_COLUMNS = [column for column in _USAGE.c if column.name not in ("reported_at", "last_error")]
+# Those only some rows have (a plan call's, a metered call's): NULL unless given.
+_CLAIM_DEFAULTS = dict.fromkeys(column.name for column in _CLAIM_COLUMNS if column.nullable)
+
+
+def _claim_statement(insert: Any) -> Any:
+    """The usage row's INSERT unless the call's key is recorded, built once: every value a bound
+    parameter, so a decision neither builds nor compiles a statement."""
+    return (
+        insert(_USAGE)
+        .values({column.name: bindparam(column.name) for column in _CLAIM_COLUMNS})
+        .on_conflict_do_nothing(index_elements=["user_id", "call_key"])
+        .returning(_USAGE.c.id)
+    )
+
+
+_CLAIM = {"postgresql": _claim_statement(postgresql_insert), "sqlite": _claim_statement(sqlite_insert)}
+
+
 async def _claim(session: AsyncSession, call: PaidCall, funding: Funding, **values: Any) -> str | None:
     """Insert the call's usage row; its id, or None when this call was recorded before (a retry)."""
     usage_id = new_usage_id()
-    statement = (
-        _insert(session, UsageRecord)
-        .values(
-            id=usage_id,
-            user_id=call.user_id,
-            call_key=call.call_key,
-            tool=call.tool,
-            funding=funding,
-            created_at=utcnow(),
-            report_attempts=0,
-            **values,
-        )
-        .on_conflict_do_nothing(index_elements=["user_id", "call_key"])
-        .returning(_table(UsageRecord).c.id)
-    )
-    claimed = (await session.exec(statement)).first()
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    params = {
+        **_CLAIM_DEFAULTS,
+        "id": usage_id,
+        "user_id": call.user_id,
+        "call_key": call.call_key,
+        "tool": call.tool,
+        "funding": funding,
+        "created_at": utcnow(),
+        "report_attempts": 0,
+        **values,
+    }
+    claimed = (await session.exec(_CLAIM[dialect], params=params)).first()
     return str(claimed[0]) if claimed is not None else None
 
 
@@ -117,9 +141,9 @@ async def spend_credit(session: AsyncSession, call: PaidCall) -> Decision:
     if usage_id is None:
         return ALREADY_DECIDED
     spent = await session.exec(
-        update(CreditBalance)
-        .where(col(CreditBalance.user_id) == call.user_id, col(CreditBalance.balance) >= 1)
-        .values(balance=CreditBalance.balance - 1, updated_at=utcnow())
+        update(_BALANCE)
+        .where(_BALANCE.c.user_id == call.user_id, _BALANCE.c.balance >= 1)
+        .values(balance=_BALANCE.c.balance - 1, updated_at=utcnow())
     )
     if spent.rowcount != 1:
         raise Refused
@@ -314,7 +338,7 @@ async def record_plan_call(
     if not billing:
         raise Refused
     await session.exec(
-        update(UsageRecord).where(col(UsageRecord.id) == usage_id).values(funding=FUNDED_BY_METER, **billing)
+        update(_USAGE).where(_USAGE.c.id == usage_id).values(funding=FUNDED_BY_METER, **billing)
     )
     return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
 
@@ -322,13 +346,13 @@ async def record_plan_call(
 async def _count(session: AsyncSession, subscription: Subscription, period: str, included: int) -> bool:
     """One more included call in this period, if any is left (a conditional update, or the first row)."""
     raise_used = (
-        update(UsageCounter)
+        update(_COUNTER)
         .where(
-            col(UsageCounter.subscription_id) == subscription.id,
-            col(UsageCounter.period) == period,
-            col(UsageCounter.used) < included,
+            _COUNTER.c.subscription_id == subscription.id,
+            _COUNTER.c.period == period,
+            _COUNTER.c.used < included,
         )
-        .values(used=UsageCounter.used + 1)
+        .values(used=_COUNTER.c.used + 1)
     )
     if (await session.exec(raise_used)).rowcount == 1:
         return True
