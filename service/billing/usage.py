@@ -82,9 +82,12 @@ _COUNTER = _table(UsageCounter)
 _USAGE = _table(UsageRecord)
 
 
+def _dialect(session: AsyncSession) -> str:
+    return session.bind.dialect.name if session.bind is not None else "sqlite"
+
+
 def _insert(session: AsyncSession, model: Any) -> Any:
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    factory = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    factory = postgresql_insert if _dialect(session) == "postgresql" else sqlite_insert
     return factory(_table(model))
 
 
@@ -111,7 +114,6 @@ _CLAIM = {"postgresql": _claim_statement(postgresql_insert), "sqlite": _claim_st
 async def _claim(session: AsyncSession, call: PaidCall, funding: Funding, **values: Any) -> str | None:
     """Insert the call's usage row; its id, or None when this call was recorded before (a retry)."""
     usage_id = new_usage_id()
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
     params = {
         **_CLAIM_DEFAULTS,
         "id": usage_id,
@@ -123,7 +125,7 @@ async def _claim(session: AsyncSession, call: PaidCall, funding: Funding, **valu
         "report_attempts": 0,
         **values,
     }
-    claimed = (await session.exec(_CLAIM[dialect], params=params)).first()
+    claimed = (await session.exec(_CLAIM[_dialect(session)], params=params)).first()
     return str(claimed[0]) if claimed is not None else None
 
 
