@@ -101,8 +101,9 @@ async def test_sigterm_lets_in_flight_legacy_sse_calls_finish(
                     await http.get(f"{replica.base_url}/healthz")
             except httpx.ConnectError:
                 return True
-            except httpx.RemoteProtocolError:
-                # Accepted into the backlog just before the listener closed, then dropped unanswered.
+            except (httpx.RemoteProtocolError, httpx.ReadError):
+                # Accepted into the backlog just before the listener closed, then dropped
+                # unanswered: closed without a response, or reset (a read error).
                 return True
             return False
 
