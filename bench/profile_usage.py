@@ -4,7 +4,8 @@
 
 Drives `Admission.admit` straight (no HTTP) for a credit user and a pay-as-you-go user on a freshly
 migrated database: SQLite in a temporary folder by default, or the PostgreSQL database given. Counts
-the SQL statements the engine runs (its `before_cursor_execute` event) per decision, and the
+the SQL statements the engine runs (its `before_cursor_execute` event; not those sent on a driver
+connection, as PostgreSQL's one-statement decisions are) per decision, and the
 wall-clock time per decision at each concurrency. `--profile` prints cProfile's view of the credit
 decisions at concurrency 1.
 A development tool; `python -m bench.usage_pricing` is the measurement of record.
@@ -115,7 +116,10 @@ async def _run(options: argparse.Namespace) -> None:
                 profiler.disable()
             elapsed = time.perf_counter() - started
             cpu = time.process_time() - cpu_started
-            per_call = ", ".join(f"{kind} {count / calls:.2f}" for kind, count in sorted(statements.items()))
+            per_call = (
+                ", ".join(f"{kind} {count / calls:.2f}" for kind, count in sorted(statements.items()))
+                or "none through the engine (sent on its driver connections)"
+            )
             print(
                 f"{name:8} c={concurrency:<3} {elapsed / calls * 1e6:8.0f} us/call "
                 f"({cpu / calls * 1e6:5.0f} us CPU)  "

@@ -21,7 +21,16 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.models import Subscription
 from service.billing.plans import PlanCatalog
-from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
+from service.billing.usage import (
+    PaidCall,
+    Refused,
+    entitling_subscription,
+    period_of,
+    plan_call_columns,
+    record_plan_call,
+    spend_credit,
+)
+from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
 from service.db.engine import SessionFactory, checked_out_connections, open_sqlite_connection, sqlite_file
 from service.db.group_commit import GroupCommit
@@ -74,11 +83,13 @@ class _Attempt:
 
 
 class Admission:
-    """Decisions that write go through a group commit: calls decided while a transaction commits
-    share the next one (each in its own savepoint), so concurrent paid calls do not queue for a
-    commit each. A lone call takes a transaction of its own, without savepoints. On an SQLite file
-    a batch is decided in place by `SqliteDecisions` while no transaction of this process is open,
-    and through the async engine only when another process holds the write lock (ADR 7)."""
+    """On SQLite, decisions that write go through a group commit: calls decided while a transaction
+    commits share the next one (each in its own savepoint), so concurrent paid calls do not queue
+    for SQLite's one writer each. A lone call takes a transaction of its own, without savepoints. On
+    a file a batch is decided in place by `SqliteDecisions` while no transaction of this process is
+    open, and through the async engine only when another process holds the write lock (ADR 7).
+    On PostgreSQL each call is decided on its own, a credit spend or a metered call in one
+    statement that commits by itself (`PostgresDecisions`, ADR 10)."""
 
     def __init__(
         self,
@@ -94,6 +105,7 @@ class Admission:
         self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
         self._engine = sessions().bind
         self._sqlite: SqliteDecisions | None = None
+        self._postgres: PostgresDecisions | None = None
         # With `wal`, the log is checkpointed off the event loop's thread, not by its commits here.
         self._wal = wal
         if isinstance(self._engine, AsyncEngine) and sqlite_file(self._engine) is not None:
@@ -104,6 +116,8 @@ class Admission:
                 catalog.metered_price,
                 grace=entitlements.grace,
             )
+        elif isinstance(self._engine, AsyncEngine) and self._engine.dialect.name == "postgresql":
+            self._postgres = PostgresDecisions(self._engine)
 
     def close(self) -> None:
         if self._sqlite is not None:
@@ -134,7 +148,12 @@ class Admission:
         subscription = (
             None if fresh or not counted else self._entitlements.cached_subscription(call.user_id, counted)
         )
-        if await self._commits.submit(_Attempt(call, tuple(counted), subscription)):
+        attempt = _Attempt(call, tuple(counted), subscription)
+        if self._postgres is not None:
+            allowed = await self._decide_on_postgres(self._postgres, attempt)
+        else:
+            allowed = await self._commits.submit(attempt)
+        if allowed:
             return ALLOWED
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
@@ -228,6 +247,33 @@ class Admission:
             return True
         except Refused:
             return False
+
+    async def _decide_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> bool:
+        """No group commit: a decision is one statement (or one short transaction, for a plan that
+        counts included calls), and the database serialises what concurrent ones touch."""
+        if attempt.counted_plan_ids:
+            try:
+                if await self._plan_call_on_postgres(postgres, attempt):
+                    return True
+            except Refused:
+                pass
+        return await postgres.spend_credit(attempt.call)
+
+    async def _plan_call_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> bool:
+        """A pay-as-you-go call (every call metered) in one statement; a plan that counts included
+        calls in a transaction of its own (`_plan_call`)."""
+        subscription = attempt.subscription
+        plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
+        if subscription is None or plan is None or plan.included_calls != 0:
+            async with self._sessions() as session, session.begin():
+                return await self._plan_call(session, attempt)
+        values, billing = plan_call_columns(
+            subscription, period_of(subscription), plan, self._catalog.metered_price(attempt.call.tool)
+        )
+        if not billing:
+            raise Refused
+        await postgres.meter(attempt.call, {**values, **billing})
+        return True
 
     async def _plan_call(self, session: AsyncSession, attempt: _Attempt) -> bool:
         """Count (or meter) the call under the user's subscription to one of its counting plans;

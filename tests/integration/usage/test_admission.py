@@ -128,14 +128,18 @@ async def test_a_failing_call_in_a_batch_spends_no_one_elses_credit(ledger: Ledg
     admission, entitlements = admission_for(ledger)
     await entitlements.plans_of(ledger.user_id)
     await entitlements.plans_of("usr_gone")
-    # A user deleted meanwhile: its usage row breaks the foreign key, and with it the batch's transaction.
+    # A user deleted meanwhile: on SQLite its usage row breaks the foreign key, and with it the
+    # batch's transaction.
     calls = calls_of(ledger.user_id, [f"call-{n}" for n in range(5)])
     calls.insert(2, PaidCall(user_id="usr_gone", tool=TOOL, call_key="orphan"))
     try:
         results = await admit_all(admission, calls)
     finally:
         admission.close()
-    assert isinstance(results[2], Exception), results
+    if ledger.engine.url.get_backend_name() == "sqlite":
+        assert isinstance(results[2], Exception), results
+    else:  # each call its own statement: the gone user's finds no balance to spend
+        assert results[2] is False, results
     assert results[:2] + results[3:] == [True] * 5
     assert await balance(ledger, ledger.user_id) == (45, 45)
     assert await usage_rows(ledger, FUNDED_BY_CREDIT) == 5
@@ -240,7 +244,7 @@ async def test_a_renewal_counts_in_the_new_period_though_the_cache_holds_the_old
     assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
     try:
         ended = await admit_all(admission, calls_of(ledger.user_id, [f"old-{n}" for n in range(6)]))
-        assert ended == [True] * 5 + [False], "the ended period's included calls, then blocked"
+        assert sorted(ended) == [False] + [True] * 5, "the ended period's included calls, then blocked"
         async with ledger.sessions() as session, session.begin():
             row = await session.get(Subscription, subscription.id)
             assert row is not None
@@ -256,9 +260,8 @@ async def test_an_entitlement_change_drops_the_cached_subscription(ledger: Ledge
     admission, entitlements = admission_for(ledger)
     assert await entitlements.plans_of(ledger.user_id) == {PRO.id}
     try:
-        assert await admit_all(admission, calls_of(ledger.user_id, [f"a-{n}" for n in range(6)])) == [
-            True
-        ] * 5 + [False]
+        used_up = await admit_all(admission, calls_of(ledger.user_id, [f"a-{n}" for n in range(6)]))
+        assert sorted(used_up) == [False] + [True] * 5, "the included calls, then blocked"
         async with ledger.sessions() as session, session.begin():
             row = await session.get(Subscription, subscription.id)
             assert row is not None

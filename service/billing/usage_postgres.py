@@ -1,0 +1,122 @@
+"""Paid-call decisions on PostgreSQL, each one statement that commits on its own.
+
+Through an ORM session a credit spend is five round trips (BEGIN, the usage row, the balance, the
+ledger entry, COMMIT) and SQLAlchemy's statement machinery around each. Here a credit spend and a
+pay-as-you-go call are one statement each, sent in autocommit on a connection of the engine's pool
+through its driver (psycopg), so the database applies all of it or none (ADR 10).
+
+The rows are those of `service.billing.usage`: the call's usage row (unique per user and call key)
+and the balance and ledger entry it moves commit together or not at all, and a retried call finds
+its row and passes without paying again. A change to what is written there must be made here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import errors
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.billing.usage import FUNDED_BY_CREDIT, FUNDED_BY_METER, PaidCall, new_usage_id
+from service.db.metadata import utcnow
+
+# The balance moves only when the call has no usage row yet, and the row is written only when the
+# balance moved. Two deliveries of one call at the same moment both see no row and queue on the
+# balance row's lock; the second then finds the row taken (ON CONFLICT DO NOTHING), and its ledger
+# entry, which must name the usage row it paid for, gets a NULL source: the NOT NULL constraint
+# fails the whole statement, spend included (`_RETRY_IN_FLIGHT`). A balance a concurrent spend has
+# emptied meanwhile fails `balance >= 1` when the waiting UPDATE re-reads the row.
+_SPEND = """
+WITH spend AS (
+    UPDATE credit_balance SET balance = balance - 1, updated_at = %(now)s
+    WHERE user_id = %(user_id)s AND balance >= 1
+      AND NOT EXISTS (SELECT 1 FROM usage_record WHERE user_id = %(user_id)s AND call_key = %(call_key)s)
+    RETURNING user_id
+), claim AS (
+    INSERT INTO usage_record (id, user_id, call_key, tool, funding, created_at, report_attempts)
+    SELECT %(id)s, user_id, %(call_key)s, %(tool)s, %(funding)s, %(now)s, 0 FROM spend
+    ON CONFLICT (user_id, call_key) DO NOTHING
+    RETURNING id
+), entry AS (
+    INSERT INTO credit_entry (user_id, delta, reason, source, created_at)
+    SELECT user_id, -1, 'spend', (SELECT 'usage:' || id FROM claim), %(now)s FROM spend
+)
+SELECT EXISTS (SELECT 1 FROM spend),
+       EXISTS (SELECT 1 FROM usage_record WHERE user_id = %(user_id)s AND call_key = %(call_key)s)
+"""
+_RETRY_IN_FLIGHT = "source"  # the column whose NOT NULL violation means a duplicate paid first
+
+# A metered call writes its usage row and nothing else: a retry's insert does nothing.
+_METER = """
+INSERT INTO usage_record (id, user_id, call_key, tool, funding, plan_id, subscription_id, period,
+                          customer_id, event_name, unit_amount, currency, created_at, report_attempts,
+                          next_report_at)
+VALUES (%(id)s, %(user_id)s, %(call_key)s, %(tool)s, %(funding)s, %(plan_id)s, %(subscription_id)s,
+        %(period)s, %(customer_id)s, %(event_name)s, %(unit_amount)s, %(currency)s, %(now)s, 0,
+        %(next_report_at)s)
+ON CONFLICT (user_id, call_key) DO NOTHING
+"""
+_METER_COLUMNS = (
+    "plan_id", "subscription_id", "period", "customer_id", "event_name", "unit_amount", "currency",
+    "next_report_at",
+)  # fmt: skip
+
+
+def _call_parameters(call: PaidCall, funding: str) -> dict[str, Any]:
+    return {
+        "id": new_usage_id(),
+        "user_id": call.user_id,
+        "call_key": call.call_key,
+        "tool": call.tool,
+        "funding": funding,
+        "now": utcnow(),
+    }
+
+
+class PostgresDecisions:
+    """Credit spends and metered calls, each one statement in autocommit (see the module docstring)."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    @asynccontextmanager
+    async def _autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A pooled connection's driver connection, in autocommit until it goes back to the pool."""
+        async with self._engine.connect() as connection:
+            driver = (await connection.get_raw_connection()).driver_connection
+            assert isinstance(driver, psycopg.AsyncConnection), "the engine's driver is psycopg"
+            await driver.set_autocommit(True)
+            try:
+                yield driver
+            finally:
+                await driver.set_autocommit(False)
+
+    async def spend_credit(self, call: PaidCall) -> bool:
+        """Pay for `call` with one of the user's credits: True when paid now or before, False when
+        the user has no credit (nothing written)."""
+        async with self._autocommit() as driver:
+            try:
+                return await self._spend(driver, call)
+            except errors.NotNullViolation as exc:
+                if exc.diag.column_name != _RETRY_IN_FLIGHT:
+                    raise
+            # A duplicate of this call paid first and has committed: now its row is seen.
+            return await self._spend(driver, call)
+
+    @staticmethod
+    async def _spend(driver: psycopg.AsyncConnection[Any], call: PaidCall) -> bool:
+        cursor = await driver.execute(_SPEND, _call_parameters(call, FUNDED_BY_CREDIT))
+        row = await cursor.fetchone()
+        assert row is not None, "the statement answers one row"
+        spent, recorded_before = bool(row[0]), bool(row[1])
+        return spent or recorded_before
+
+    async def meter(self, call: PaidCall, columns: Mapping[str, Any]) -> None:
+        """Record `call` as metered with the plan's and the meter's `columns` (a retry: nothing)."""
+        parameters = _call_parameters(call, FUNDED_BY_METER)
+        parameters.update((name, columns.get(name)) for name in _METER_COLUMNS)
+        async with self._autocommit() as driver:
+            await driver.execute(_METER, parameters)

@@ -1,0 +1,91 @@
+"""PostgreSQL's one-statement decisions under the races a statement must settle by itself: two
+deliveries of one call, and a balance emptied while a spend waits for it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from sqlalchemy import text
+from sqlmodel import col, func, select
+
+from service.billing.plans import CreditPack
+from service.billing.usage import PaidCall, credit_balance, grant_credits, ledger_sum
+from service.billing.usage_models import UsageRecord
+from service.billing.usage_postgres import PostgresDecisions
+from tests.integration.usage.conftest import Ledger
+from tests.support.polling import until
+
+PACK = CreditPack(id="calls_2", name="2 calls", lookup_key="k2", credits=2, amount=100, currency="usd")
+
+
+@pytest.fixture
+def postgres(ledger: Ledger) -> Ledger:
+    if ledger.engine.url.get_backend_name() != "postgresql":
+        pytest.skip("PostgreSQL's decisions")
+    return ledger
+
+
+async def _balance(ledger: Ledger) -> tuple[int, int, int]:
+    """The balance row, the ledger's sum and the usage rows."""
+    async with ledger.sessions() as session:
+        rows = await session.exec(select(func.count()).where(col(UsageRecord.user_id) == ledger.user_id))
+        return (
+            await credit_balance(session, ledger.user_id),
+            await ledger_sum(session, ledger.user_id),
+            int(rows.one()),
+        )
+
+
+@asynccontextmanager
+async def _balance_locked(ledger: Ledger) -> AsyncIterator[None]:
+    """The user's balance row locked by another transaction until the block ends."""
+    async with ledger.sessions() as session, session.begin():
+        connection = await session.connection()
+        await connection.execute(
+            text("SELECT balance FROM credit_balance WHERE user_id = :user FOR UPDATE"),
+            {"user": ledger.user_id},
+        )
+        yield
+
+
+async def _waiting_for_locks(ledger: Ledger, count: int) -> None:
+    async def waiting() -> bool:
+        async with ledger.engine.connect() as connection:
+            rows = await connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            )
+            return int(rows.scalar_one()) == count
+
+    await until(waiting, f"{count} decisions wait for the balance row")
+
+
+async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: Ledger) -> None:
+    async with postgres.sessions() as session, session.begin():
+        await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
+    decisions = PostgresDecisions(postgres.engine)
+    call = PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key="the-call")
+    async with _balance_locked(postgres):
+        # Both statements start before either has written: neither sees the other's usage row.
+        both = asyncio.gather(decisions.spend_credit(call), decisions.spend_credit(call))
+        await _waiting_for_locks(postgres, 2)
+    assert list(await both) == [True, True]
+    assert await _balance(postgres) == (1, 1, 1), "one credit spent, one usage row"
+
+
+async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothing(postgres: Ledger) -> None:
+    async with postgres.sessions() as session, session.begin():
+        await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
+    decisions = PostgresDecisions(postgres.engine)
+    calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(3)]
+    async with _balance_locked(postgres):
+        # All three saw two credits when they started; the row they wait for will say otherwise.
+        spends = asyncio.gather(*(decisions.spend_credit(call) for call in calls))
+        await _waiting_for_locks(postgres, 3)
+    assert sorted(await spends) == [False, True, True]
+    assert await _balance(postgres) == (0, 0, 2)
