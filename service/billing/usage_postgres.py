@@ -12,6 +12,7 @@ its row and passes without paying again. A change to what is written there must 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -76,16 +77,29 @@ def _call_parameters(call: PaidCall, funding: str) -> dict[str, Any]:
     }
 
 
+# Decisions in flight at once, each on a pooled connection: a statement is one short round trip, so
+# more would not decide faster, and beyond the pool's kept connections every extra one is opened and
+# closed again (a new server process per burst of calls).
+CONCURRENT_DECISIONS = 4
+
+
 class PostgresDecisions:
     """Credit spends and metered calls, each one statement in autocommit (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, concurrent: int = CONCURRENT_DECISIONS) -> None:
         self._engine = engine
+        self._slots = asyncio.Semaphore(concurrent)
+
+    @property
+    def slot(self) -> asyncio.Semaphore:
+        """Held while a decision has a connection: one that runs elsewhere (a plan's included
+        calls, through the ORM) takes it too."""
+        return self._slots
 
     @asynccontextmanager
     async def _autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A pooled connection's driver connection, in autocommit until it goes back to the pool."""
-        async with self._engine.connect() as connection:
+        async with self._slots, self._engine.connect() as connection:
             driver = (await connection.get_raw_connection()).driver_connection
             assert isinstance(driver, psycopg.AsyncConnection), "the engine's driver is psycopg"
             await driver.set_autocommit(True)

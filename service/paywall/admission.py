@@ -265,7 +265,7 @@ class Admission:
         subscription = attempt.subscription
         plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
         if subscription is None or plan is None or plan.included_calls != 0:
-            async with self._sessions() as session, session.begin():
+            async with postgres.slot, self._sessions() as session, session.begin():
                 return await self._plan_call(session, attempt)
         values, billing = plan_call_columns(
             subscription, period_of(subscription), plan, self._catalog.metered_price(attempt.call.tool)

@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlmodel import col, func, select
 
 from service.billing.plans import CreditPack
 from service.billing.usage import PaidCall, credit_balance, grant_credits, ledger_sum
 from service.billing.usage_models import UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
+from service.db.engine import checked_out_connections
 from tests.integration.usage.conftest import Ledger
 from tests.support.polling import until
 
@@ -89,3 +90,26 @@ async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothi
         await _waiting_for_locks(postgres, 3)
     assert sorted(await spends) == [False, True, True]
     assert await _balance(postgres) == (0, 0, 2)
+
+
+async def test_decisions_hold_at_most_their_share_of_the_pool(postgres: Ledger) -> None:
+    """Beyond the pool's kept connections each extra one is opened and closed again: a burst of
+    calls queues for the decisions' few connections instead."""
+    async with postgres.sessions() as session, session.begin():
+        await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
+    pool = postgres.engine.sync_engine.pool
+    most = 0
+
+    def checked_out(*_args: object) -> None:
+        nonlocal most
+        most = max(most, checked_out_connections(postgres.engine))
+
+    event.listen(pool, "checkout", checked_out)
+    decisions = PostgresDecisions(postgres.engine, concurrent=3)
+    calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(40)]
+    try:
+        results = await asyncio.gather(*(decisions.spend_credit(call) for call in calls))
+    finally:
+        event.remove(pool, "checkout", checked_out)
+    assert sorted(results) == [False] * 38 + [True] * 2
+    assert 1 <= most <= 3, most
