@@ -1,9 +1,10 @@
-"""Paid-call decisions on PostgreSQL, each one statement that commits on its own.
+"""Paid-call decisions on PostgreSQL, each one statement on a pooled connection's driver connection.
 
 Through an ORM session a credit spend is five round trips (BEGIN, the usage row, the balance, the
 ledger entry, COMMIT) and SQLAlchemy's statement machinery around each. Here a credit spend and a
-pay-as-you-go call are one statement each, sent in autocommit on a connection of the engine's pool
-through its driver (psycopg), so the database applies all of it or none (ADR 10).
+pay-as-you-go call are one statement each, sent in autocommit through the driver (psycopg), so the
+database applies all of it or none; a plan's included call is one statement and its COMMIT (a
+second statement when the call is metered past them, a ROLLBACK when it is refused) (ADR 10).
 
 The rows are those of `service.billing.usage`: the call's usage row (unique per user and call key)
 and the balance and ledger entry it moves commit together or not at all, and a retried call finds
@@ -21,7 +22,7 @@ import psycopg
 from psycopg import errors
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.billing.usage import FUNDED_BY_CREDIT, FUNDED_BY_METER, PaidCall, new_usage_id
+from service.billing.usage import FUNDED_BY_CREDIT, FUNDED_BY_METER, FUNDED_BY_PLAN, PaidCall, new_usage_id
 from service.db.metadata import utcnow
 
 # The balance moves only when the call has no usage row yet, and the row is written only when the
@@ -66,6 +67,35 @@ _METER_COLUMNS = (
 )  # fmt: skip
 
 
+# A plan's included call: the usage row first, and the counter raised only for a row written now, so
+# a duplicate in flight waits for the first's row and raises nothing. Past the included calls the
+# counter is left as it is and the caller meters the row (`_TO_METER`) or rolls the row back.
+_COUNT = """
+WITH claim AS (
+    INSERT INTO usage_record (id, user_id, call_key, tool, funding, plan_id, subscription_id, period,
+                              created_at, report_attempts)
+    VALUES (%(id)s, %(user_id)s, %(call_key)s, %(tool)s, %(funding)s, %(plan_id)s,
+            %(subscription_id)s, %(period)s, %(now)s, 0)
+    ON CONFLICT (user_id, call_key) DO NOTHING
+    RETURNING id
+), counted AS (
+    INSERT INTO usage_counter (subscription_id, period, user_id, used)
+    SELECT %(subscription_id)s, %(period)s, %(user_id)s, 1 FROM claim
+    ON CONFLICT (subscription_id, period) DO UPDATE SET used = usage_counter.used + 1
+    WHERE usage_counter.used < %(included)s
+    RETURNING used
+)
+SELECT EXISTS (SELECT 1 FROM claim), EXISTS (SELECT 1 FROM counted)
+"""
+_TO_METER = """
+UPDATE usage_record SET funding = %(funding)s, customer_id = %(customer_id)s,
+    event_name = %(event_name)s, unit_amount = %(unit_amount)s, currency = %(currency)s,
+    next_report_at = %(next_report_at)s
+WHERE id = %(id)s
+"""
+_BILLING_COLUMNS = ("customer_id", "event_name", "unit_amount", "currency", "next_report_at")
+
+
 def _call_parameters(call: PaidCall, funding: str) -> dict[str, Any]:
     return {
         "id": new_usage_id(),
@@ -84,7 +114,7 @@ CONCURRENT_DECISIONS = 4
 
 
 class PostgresDecisions:
-    """Credit spends and metered calls, each one statement in autocommit (see the module docstring)."""
+    """Paid-call decisions on PostgreSQL's driver connections (see the module docstring)."""
 
     def __init__(self, engine: AsyncEngine, *, concurrent: int = CONCURRENT_DECISIONS) -> None:
         self._engine = engine
@@ -92,8 +122,8 @@ class PostgresDecisions:
 
     @property
     def slot(self) -> asyncio.Semaphore:
-        """Held while a decision has a connection: one that runs elsewhere (a plan's included
-        calls, through the ORM) takes it too."""
+        """Held while a decision has a connection: one that runs elsewhere (through the ORM, for a
+        subscription the entitlement cache does not hold) takes it too."""
         return self._slots
 
     @asynccontextmanager
@@ -127,6 +157,30 @@ class PostgresDecisions:
         assert row is not None, "the statement answers one row"
         spent, recorded_before = bool(row[0]), bool(row[1])
         return spent or recorded_before
+
+    async def count(
+        self, call: PaidCall, plan_columns: Mapping[str, Any], included: int, billing: Mapping[str, Any]
+    ) -> bool:
+        """Count `call` against a plan's `included` calls this period (`plan_columns`: the plan,
+        subscription and period); past them, meter it when `billing` has the meter's columns.
+        False, with nothing written, when the included calls are used up and nothing meters."""
+        parameters = _call_parameters(call, FUNDED_BY_PLAN)
+        parameters.update(plan_columns, included=included)
+        async with self._autocommit() as driver:
+            async with driver.transaction():
+                cursor = await driver.execute(_COUNT, parameters)
+                row = await cursor.fetchone()
+                assert row is not None, "the statement answers one row"
+                claimed, counted = bool(row[0]), bool(row[1])
+                if not claimed or counted:
+                    return True  # a retry of a call decided before, or an included call
+                if billing:
+                    metering = {"id": parameters["id"], "funding": FUNDED_BY_METER}
+                    metering.update((name, billing.get(name)) for name in _BILLING_COLUMNS)
+                    await driver.execute(_TO_METER, metering)
+                    return True
+                raise psycopg.Rollback  # the usage row goes; the block ends without an error
+            return False
 
     async def meter(self, call: PaidCall, columns: Mapping[str, Any]) -> None:
         """Record `call` as metered with the plan's and the meter's `columns` (a retry: nothing)."""

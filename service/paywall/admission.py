@@ -88,8 +88,8 @@ class Admission:
     for SQLite's one writer each. A lone call takes a transaction of its own, without savepoints. On
     a file a batch is decided in place by `SqliteDecisions` while no transaction of this process is
     open, and through the async engine only when another process holds the write lock (ADR 7).
-    On PostgreSQL each call is decided on its own, a credit spend or a metered call in one
-    statement that commits by itself (`PostgresDecisions`, ADR 10)."""
+    On PostgreSQL each call is decided on its own, in one statement on a driver connection
+    (`PostgresDecisions`, ADR 10)."""
 
     def __init__(
         self,
@@ -260,19 +260,24 @@ class Admission:
         return await postgres.spend_credit(attempt.call)
 
     async def _plan_call_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> bool:
-        """A pay-as-you-go call (every call metered) in one statement; a plan that counts included
-        calls in a transaction of its own (`_plan_call`)."""
+        """Count (or meter) the call under the cached subscription by `PostgresDecisions`; without
+        one, `_plan_call` reads it in an ORM transaction. `Refused` past a blocking quota."""
         subscription = attempt.subscription
         plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
-        if subscription is None or plan is None or plan.included_calls != 0:
+        if subscription is None or plan is None:
             async with postgres.slot, self._sessions() as session, session.begin():
                 return await self._plan_call(session, attempt)
+        assert plan.included_calls is not None, "only plans that count calls come here"
         values, billing = plan_call_columns(
             subscription, period_of(subscription), plan, self._catalog.metered_price(attempt.call.tool)
         )
-        if not billing:
+        if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
+            if not billing:
+                raise Refused
+            await postgres.meter(attempt.call, {**values, **billing})
+            return True
+        if not await postgres.count(attempt.call, values, plan.included_calls, billing):
             raise Refused
-        await postgres.meter(attempt.call, {**values, **billing})
         return True
 
     async def _plan_call(self, session: AsyncSession, attempt: _Attempt) -> bool:

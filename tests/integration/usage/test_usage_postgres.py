@@ -1,4 +1,4 @@
-"""PostgreSQL's one-statement decisions under the races a statement must settle by itself: two
+"""PostgreSQL's decisions under the races their statements must settle by themselves: two
 deliveries of one call, and a balance emptied while a spend waits for it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from sqlmodel import col, func, select
 
 from service.billing.plans import CreditPack
 from service.billing.usage import PaidCall, credit_balance, grant_credits, ledger_sum
-from service.billing.usage_models import UsageRecord
+from service.billing.usage_models import UsageCounter, UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import checked_out_connections
 from tests.integration.usage.conftest import Ledger
@@ -113,3 +113,39 @@ async def test_decisions_hold_at_most_their_share_of_the_pool(postgres: Ledger) 
         event.remove(pool, "checkout", checked_out)
     assert sorted(results) == [False] * 38 + [True] * 2
     assert 1 <= most <= 3, most
+
+
+async def test_two_deliveries_of_one_included_call_count_once(postgres: Ledger) -> None:
+    subscription = await postgres.subscribe("pro")
+    decisions = PostgresDecisions(postgres.engine)
+    columns = {"plan_id": "pro", "subscription_id": subscription.id, "period": "p1"}
+
+    def call(key: str) -> PaidCall:
+        return PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=key)
+
+    assert await decisions.count(call("first"), columns, 5, {})
+    async with postgres.sessions() as session, session.begin():
+        connection = await session.connection()
+        await connection.execute(
+            text("SELECT used FROM usage_counter WHERE subscription_id = :id FOR UPDATE"),
+            {"id": subscription.id},
+        )
+        # One delivery waits for the counter, the other for the first's usage row.
+        both = asyncio.gather(
+            decisions.count(call("second"), columns, 5, {}), decisions.count(call("second"), columns, 5, {})
+        )
+        await _waiting_for_locks(postgres, 2)
+    assert list(await both) == [True, True]
+    async with postgres.sessions() as session:
+        used = await session.get(UsageCounter, (subscription.id, "p1"))
+        assert used is not None and used.used == 2
+    assert (await _balance(postgres))[2] == 2, "one usage row per call"
+
+
+async def test_past_the_included_calls_nothing_metering_refuses_and_writes_nothing(postgres: Ledger) -> None:
+    subscription = await postgres.subscribe("pro")
+    decisions = PostgresDecisions(postgres.engine)
+    columns = {"plan_id": "pro", "subscription_id": subscription.id, "period": "p1"}
+    calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(3)]
+    assert [await decisions.count(call, columns, 2, {}) for call in calls] == [True, True, False]
+    assert (await _balance(postgres))[2] == 2, "the refused call left no usage row"
