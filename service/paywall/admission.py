@@ -159,6 +159,8 @@ class Admission:
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
 
     async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
+        """A group commit's batch, on SQLite: in place on a file, else (in memory, or the write lock
+        held by another process) through the async engine."""
         if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
             decided = await self._decide_in_place(self._sqlite, self._engine, attempts)
             if decided is not None:
@@ -168,7 +170,7 @@ class Admission:
         try:
             return list(await self._decide_together(attempts))
         except Exception:
-            # Which one failed is unknown (a deadlock with another replica, a lost connection):
+            # Which one failed is unknown (a constraint, a lock another process held too long):
             # each alone, so only that one fails.
             logger.info("%d paid-call decisions failed together; deciding each alone", len(attempts))
         results: list[bool | Exception] = []
@@ -180,8 +182,8 @@ class Admission:
         return results
 
     async def _decide_together(self, attempts: Sequence[_Attempt]) -> list[bool]:
-        """One transaction, each decision in a savepoint; users in one order, so two replicas'
-        batches lock their rows in the same order."""
+        """One transaction, each decision in a savepoint, users in one order (as `SqliteDecisions`
+        takes them)."""
         order = sorted(range(len(attempts)), key=lambda index: (attempts[index].call.user_id, index))
         results = [False] * len(attempts)
         async with self._sessions() as session, session.begin():
