@@ -6,8 +6,9 @@ together or not at all. A retried call finds its row and is let through without 
 A refused call raises `Refused` after writing: the caller's transaction must roll back (no
 savepoint, which would cost two more round trips on every paid call).
 
-`service/billing/usage_sqlite.py` runs the same decisions as SQL text on SQLite (ADR 7): a change
-to what is written here must be made there too.
+`service/billing/usage_sqlite.py` runs the same decisions as SQL text on SQLite (ADR 7), and
+`service/billing/usage_postgres.py` on PostgreSQL (ADR 10): a change to what is written here must
+be made there too.
 """
 
 from __future__ import annotations

@@ -22,7 +22,18 @@ import psycopg
 from psycopg import errors
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.billing.usage import FUNDED_BY_CREDIT, FUNDED_BY_METER, FUNDED_BY_PLAN, PaidCall, new_usage_id
+from service.billing.models import Subscription
+from service.billing.plans import MeteredPrice, Plan
+from service.billing.usage import (
+    FUNDED_BY_CREDIT,
+    FUNDED_BY_METER,
+    FUNDED_BY_PLAN,
+    PaidCall,
+    Refused,
+    new_usage_id,
+    period_of,
+    plan_call_columns,
+)
 from service.db.metadata import utcnow
 
 # The balance moves only when the call has no usage row yet, and the row is written only when the
@@ -157,6 +168,20 @@ class PostgresDecisions:
         assert row is not None, "the statement answers one row"
         spent, recorded_before = bool(row[0]), bool(row[1])
         return spent or recorded_before
+
+    async def plan_call(
+        self, call: PaidCall, subscription: Subscription, plan: Plan, metered: MeteredPrice | None
+    ) -> None:
+        """Count (or meter) `call` under `subscription` to `plan`, a plan that counts calls, as
+        `usage.record_plan_call` does; `Refused`, with nothing written, past a blocking quota."""
+        assert plan.included_calls is not None, "only plans that count calls come here"
+        values, billing = plan_call_columns(subscription, period_of(subscription), plan, metered)
+        if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
+            if not billing:
+                raise Refused
+            await self.meter(call, {**values, **billing})
+        elif not await self.count(call, values, plan.included_calls, billing):
+            raise Refused
 
     async def count(
         self, call: PaidCall, plan_columns: Mapping[str, Any], included: int, billing: Mapping[str, Any]

@@ -21,15 +21,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.models import Subscription
 from service.billing.plans import PlanCatalog
-from service.billing.usage import (
-    PaidCall,
-    Refused,
-    entitling_subscription,
-    period_of,
-    plan_call_columns,
-    record_plan_call,
-    spend_credit,
-)
+from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
 from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
 from service.db.engine import SessionFactory, checked_out_connections, open_sqlite_connection, sqlite_file
@@ -269,17 +261,9 @@ class Admission:
         if subscription is None or plan is None:
             async with postgres.slot, self._sessions() as session, session.begin():
                 return await self._plan_call(session, attempt)
-        assert plan.included_calls is not None, "only plans that count calls come here"
-        values, billing = plan_call_columns(
-            subscription, period_of(subscription), plan, self._catalog.metered_price(attempt.call.tool)
+        await postgres.plan_call(
+            attempt.call, subscription, plan, self._catalog.metered_price(attempt.call.tool)
         )
-        if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
-            if not billing:
-                raise Refused
-            await postgres.meter(attempt.call, {**values, **billing})
-            return True
-        if not await postgres.count(attempt.call, values, plan.included_calls, billing):
-            raise Refused
         return True
 
     async def _plan_call(self, session: AsyncSession, attempt: _Attempt) -> bool:
