@@ -92,7 +92,11 @@ async def _start_runtime(
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown.
     `callers` tells tools and the paywall who is calling (service/mcp_server/caller.py)."""
     catalog = PlanCatalog.load(settings.billing.plans_file)
-    engine = create_engine(settings.database.url, sqlite_synchronous=settings.database.sqlite_synchronous)
+    engine = create_engine(
+        settings.database.url,
+        sqlite_synchronous=settings.database.sqlite_synchronous,
+        lock_timeout_seconds=settings.database.lock_timeout_seconds,
+    )
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()

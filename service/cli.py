@@ -117,7 +117,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]) -> int:
     async def run() -> int:
-        engine = create_engine(settings.database.url)
+        engine = create_engine(
+            settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds
+        )
         try:
             async with create_session_factory(engine)() as session, session.begin():
                 return await work(session)

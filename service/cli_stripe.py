@@ -81,7 +81,7 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
         )
     except ToolPackageError as exc:
         raise CommandFailed(str(exc)) from exc
-    engine = create_engine(settings.database.url)
+    engine = create_engine(settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds)
     gateway = StripeGateway.create(
         settings.stripe.secret_key.get_secret_value(), stripe_api_base(settings), catalog
     )
@@ -168,7 +168,7 @@ async def reconcile(settings: Settings, *, as_json: bool = False) -> int:
 
 async def report_usage(settings: Settings, hours: int) -> int:
     """Send the metered calls not reported yet, then compare the last `hours` with Stripe's meters."""
-    engine = create_engine(settings.database.url)
+    engine = create_engine(settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds)
     try:
         async with stripe_context(settings) as context:
             catalog = PlanCatalog.load(settings.billing.plans_file)  # stripe_context has checked it

@@ -55,12 +55,20 @@ DEFAULT_SQLITE_SYNCHRONOUS: SqliteSynchronous = "normal"
 _sqlite_synchronous: weakref.WeakKeyDictionary[Any, SqliteSynchronous] = weakref.WeakKeyDictionary()
 
 
-def _sqlite_pragmas(synchronous: SqliteSynchronous) -> Any:
+# How long a statement waits for a lock held elsewhere (`DATABASE_LOCK_TIMEOUT_SECONDS`).
+DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _sqlite_pragmas(synchronous: SqliteSynchronous, lock_timeout_seconds: float) -> Any:
     def apply(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA busy_timeout=5000")
+        cursor.execute(f"PRAGMA busy_timeout={_milliseconds(lock_timeout_seconds)}")
         cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
         cursor.close()
         # We issue BEGIN ourselves (below), so the driver must not start transactions on its own.
@@ -142,6 +150,7 @@ def create_engine(
     echo: bool = False,
     idle_ping_after: float | None = None,
     sqlite_synchronous: SqliteSynchronous = DEFAULT_SQLITE_SYNCHRONOUS,
+    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
 ) -> AsyncEngine:
     ensure_sqlite_directory(url)
     if make_url(url).get_backend_name() == "sqlite":
@@ -160,7 +169,7 @@ def create_engine(
             pool_reset_on_return=None,
         )
         event.listen(engine.sync_engine.pool, "reset", _sqlite_reset)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas(sqlite_synchronous))
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas(sqlite_synchronous, lock_timeout_seconds))
         _sqlite_synchronous[engine.sync_engine] = sqlite_synchronous
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
@@ -173,7 +182,25 @@ def create_engine(
     _ping_connections_idle_for(
         engine, IDLE_PING_AFTER_SECONDS if idle_ping_after is None else idle_ping_after
     )
+    event.listen(engine.sync_engine, "connect", _postgres_lock_timeout(lock_timeout_seconds))
     return engine
+
+
+def _postgres_lock_timeout(seconds: float) -> Any:
+    """`lock_timeout` for the session, set with a statement rather than a startup option, which
+    PgBouncer refuses; in autocommit, so the new connection is not left inside a transaction."""
+
+    def apply(dbapi_connection: Any, _record: Any) -> None:
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"SET lock_timeout = {_milliseconds(seconds)}")
+        finally:
+            cursor.close()
+            dbapi_connection.autocommit = autocommit
+
+    return apply
 
 
 # A connection that was busy moments ago is alive; pinging it anyway (pool_pre_ping) would cost a

@@ -137,6 +137,10 @@ class DatabaseSettings(Section):
     """SQLite's `synchronous` (the database is always in WAL mode): `normal` keeps every commit through a
     crash of the process and may lose the latest ones to a power loss or OS crash; `full` syncs the log
     at every commit. See docs/adr/0006-sqlite-synchronous-normal.md."""
+    lock_timeout_seconds: float = Field(default=5.0, ge=0.01, le=600)
+    """The longest a statement waits for a lock another transaction holds (a row, or SQLite's write
+    lock) before it fails: a stuck transaction then fails the calls behind it (a paid call does not
+    run) instead of holding their connections until it ends. Migrations are not bounded by it."""
     completion_bus: Literal["auto", "local"] = Field(default="auto", alias="completion_bus")
     """`auto`: LISTEN/NOTIFY on PostgreSQL; `local` skips it (e.g. behind PgBouncer in transaction mode)
     and the sweep still delivers."""
