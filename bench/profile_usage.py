@@ -21,6 +21,7 @@ import secrets
 import tempfile
 import time
 from collections import Counter
+from contextlib import AsyncExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from sqlalchemy import event
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.plans import DEFAULT_PLANS_FILE, CreditPack, PlanCatalog
 from service.billing.usage import PaidCall, grant_credits
+from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.db.migrations import upgrade_to_head
@@ -87,7 +89,9 @@ async def _run(options: argparse.Namespace) -> None:
     entitlements = Entitlements(sessions, grace=timedelta(days=3), cache_seconds=60.0)
     # As the app runs it: on SQLite the log is checkpointed by a timer, off the event loop's thread.
     wal = WalCheckpoints.for_engine(engine)
-    admission = Admission(sessions, catalog, entitlements, wal=wal)
+    stack = AsyncExitStack()
+    decisions = await stack.enter_async_context(PostgresDecisions.open(url)) if options.postgres else None
+    admission = Admission(sessions, catalog, entitlements, wal=wal, postgres=decisions)
     checkpoints = asyncio.create_task(_checkpoint_timer(wal)) if wal is not None else None
     plan_ids = frozenset(plan.id for plan in catalog.plans_unlocking(TOOL))
     for name, user_id in users.items():
@@ -131,6 +135,7 @@ async def _run(options: argparse.Namespace) -> None:
     if checkpoints is not None:
         checkpoints.cancel()
     admission.close()
+    await stack.aclose()
     await engine.dispose()
 
 

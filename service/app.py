@@ -29,6 +29,7 @@ from service.billing.stripe_sync.endpoints import WEBHOOK_PATH, WebhookEndpoint
 from service.billing.stripe_sync.reconciler import lease_holder
 from service.billing.stripe_sync.verification import WebhookChecks
 from service.billing.stripe_sync.wiring import build_stripe_sync
+from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_reporter import UsageReporter
 from service.db.engine import create_engine, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
@@ -175,6 +176,13 @@ async def _start_runtime(
     wal = WalCheckpoints.for_engine(engine)
     if wal is not None:
         await stack.enter_async_context(every(CHECKPOINT_SECONDS, wal.run, name="wal-checkpoint"))
+    postgres_decisions = None
+    if engine.dialect.name == "postgresql":
+        postgres_decisions = await stack.enter_async_context(
+            PostgresDecisions.open(
+                settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds
+            )
+        )
     paywall = Paywall(
         GateSettings(
             public_base_url=settings.http.public_base_url,
@@ -194,6 +202,7 @@ async def _start_runtime(
         metrics,
         callers=callers,
         wal=wal,
+        postgres_decisions=postgres_decisions,
     )
     billing_events = BillingEvents()
     relay_billing_events(billing_events, bus)

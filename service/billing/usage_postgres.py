@@ -1,10 +1,11 @@
-"""Paid-call decisions on PostgreSQL, each one statement on a pooled connection's driver connection.
+"""Paid-call decisions on PostgreSQL, each one statement on a driver connection in autocommit.
 
 Through an ORM session a credit spend is five round trips (BEGIN, the usage row, the balance, the
 ledger entry, COMMIT) and SQLAlchemy's statement machinery around each. Here a credit spend and a
 pay-as-you-go call are one statement each, sent in autocommit through the driver (psycopg), so the
 database applies all of it or none; a plan's included call is one statement and its COMMIT (a
-second statement when the call is metered past them, a ROLLBACK when it is refused) (ADR 10).
+second statement when the call is metered past them, a ROLLBACK when it is refused) (ADR 10). The
+connections are a few of their own (`service.db.autocommit_pool`), not the engine's.
 
 The rows are those of `service.billing.usage`: the call's usage row (unique per user and call key)
 and the balance and ledger entry it moves commit together or not at all, and a retried call finds
@@ -20,7 +21,6 @@ from typing import Any
 
 import psycopg
 from psycopg import errors
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.models import Subscription
 from service.billing.plans import MeteredPrice, Plan
@@ -34,6 +34,8 @@ from service.billing.usage import (
     period_of,
     plan_call_columns,
 )
+from service.db.autocommit_pool import AutocommitPool, autocommit_pool
+from service.db.engine import DEFAULT_LOCK_TIMEOUT_SECONDS
 from service.db.metadata import utcnow
 
 # The balance moves only when the call has no usage row yet, and the row is written only when the
@@ -118,18 +120,36 @@ def _call_parameters(call: PaidCall, funding: str) -> dict[str, Any]:
     }
 
 
-# Decisions in flight at once, each on a pooled connection: a statement is one short round trip, so
-# more would not decide faster, and beyond the pool's kept connections every extra one is opened and
-# closed again (a new server process per burst of calls).
+# Decisions in flight at once, each on a connection of its own: a statement is one short round trip,
+# so more would not decide faster. The decisions' connections, kept open between calls, number as
+# many.
 CONCURRENT_DECISIONS = 4
 
 
 class PostgresDecisions:
     """Paid-call decisions on PostgreSQL's driver connections (see the module docstring)."""
 
-    def __init__(self, engine: AsyncEngine, *, concurrent: int = CONCURRENT_DECISIONS) -> None:
-        self._engine = engine
+    def __init__(self, pool: AutocommitPool, *, concurrent: int = CONCURRENT_DECISIONS) -> None:
+        self._pool = pool
         self._slots = asyncio.Semaphore(concurrent)
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls,
+        database_url: str,
+        *,
+        lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+        concurrent: int = CONCURRENT_DECISIONS,
+    ) -> AsyncIterator[PostgresDecisions]:
+        """Decisions on up to `concurrent` connections to `database_url`, closed when the block ends."""
+        async with autocommit_pool(
+            database_url,
+            size=concurrent,
+            name="paid-call-decisions",
+            lock_timeout_seconds=lock_timeout_seconds,
+        ) as pool:
+            yield cls(pool, concurrent=concurrent)
 
     @property
     def slot(self) -> asyncio.Semaphore:
@@ -139,15 +159,9 @@ class PostgresDecisions:
 
     @asynccontextmanager
     async def _autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled connection's driver connection, in autocommit until it goes back to the pool."""
-        async with self._slots, self._engine.connect() as connection:
-            driver = (await connection.get_raw_connection()).driver_connection
-            assert isinstance(driver, psycopg.AsyncConnection), "the engine's driver is psycopg"
-            await driver.set_autocommit(True)
-            try:
-                yield driver
-            finally:
-                await driver.set_autocommit(False)
+        """One of the decisions' connections, in autocommit."""
+        async with self._slots, self._pool.connection() as connection:
+            yield connection
 
     async def spend_credit(self, call: PaidCall) -> bool:
         """Pay for `call` with one of the user's credits: True when paid now or before, False when

@@ -41,6 +41,11 @@ def sync_database_url(url: str) -> str:
     return _driver_url(url, sqlite_driver="", postgres_driver="psycopg")
 
 
+def libpq_url(url: str) -> str:
+    """A PostgreSQL `DATABASE_URL` as libpq (a psycopg connection of our own) takes it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def ensure_sqlite_directory(url: str) -> None:
     """Create the folder of an SQLite file so the embedded default works on a fresh checkout."""
     parsed = make_url(url)
@@ -61,6 +66,12 @@ DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
 
 def _milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+def postgres_lock_timeout_statement(seconds: float) -> str:
+    """The `SET` that bounds a PostgreSQL session's lock waits: a statement, not a startup option,
+    which PgBouncer refuses."""
+    return f"SET lock_timeout = {_milliseconds(seconds)}"
 
 
 def _sqlite_pragmas(synchronous: SqliteSynchronous, lock_timeout_seconds: float) -> Any:
@@ -187,15 +198,15 @@ def create_engine(
 
 
 def _postgres_lock_timeout(seconds: float) -> Any:
-    """`lock_timeout` for the session, set with a statement rather than a startup option, which
-    PgBouncer refuses; in autocommit, so the new connection is not left inside a transaction."""
+    """`lock_timeout` for the session, in autocommit, so the new connection is not left inside a
+    transaction."""
 
     def apply(dbapi_connection: Any, _record: Any) -> None:
         autocommit = dbapi_connection.autocommit
         dbapi_connection.autocommit = True
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(f"SET lock_timeout = {_milliseconds(seconds)}")
+            cursor.execute(postgres_lock_timeout_statement(seconds))
         finally:
             cursor.close()
             dbapi_connection.autocommit = autocommit

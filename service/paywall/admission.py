@@ -90,6 +90,7 @@ class Admission:
         entitlements: Entitlements,
         *,
         wal: WalCheckpoints | None = None,
+        postgres: PostgresDecisions | None = None,
     ) -> None:
         self._sessions = sessions
         self._catalog = catalog
@@ -97,7 +98,7 @@ class Admission:
         self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
         self._engine = sessions().bind
         self._sqlite: SqliteDecisions | None = None
-        self._postgres: PostgresDecisions | None = None
+        self._postgres = postgres
         # With `wal`, the log is checkpointed off the event loop's thread, not by its commits here.
         self._wal = wal
         if isinstance(self._engine, AsyncEngine) and sqlite_file(self._engine) is not None:
@@ -108,8 +109,8 @@ class Admission:
                 catalog.metered_price,
                 grace=entitlements.grace,
             )
-        elif isinstance(self._engine, AsyncEngine) and self._engine.dialect.name == "postgresql":
-            self._postgres = PostgresDecisions(self._engine)
+        elif postgres is None and self._engine is not None and self._engine.dialect.name == "postgresql":
+            raise ValueError("on PostgreSQL, paid calls are decided by PostgresDecisions: pass one")
 
     def close(self) -> None:
         if self._sqlite is not None:

@@ -32,6 +32,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from service.billing.plans import Plan
 from service.billing.usage import PaidCall
+from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import SessionFactory
 from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
@@ -83,6 +84,7 @@ class Paywall:
         *,
         callers: CallerSource,
         wal: WalCheckpoints | None = None,
+        postgres_decisions: PostgresDecisions | None = None,
     ) -> None:
         self._settings = settings
         self._sessions = sessions
@@ -93,7 +95,9 @@ class Paywall:
         self._known_links = known_links
         self._metrics = metrics
         self._callers = callers
-        self._admission = Admission(sessions, tools.catalog, entitlements, wal=wal)
+        self._admission = Admission(
+            sessions, tools.catalog, entitlements, wal=wal, postgres=postgres_decisions
+        )
 
     def close(self) -> None:
         self._admission.close()

@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import psycopg
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from service.billing.events import EntitlementChanged
+from service.db.engine import libpq_url
 from service.paywall.bus import InProcessBus
 
 logger = logging.getLogger(__name__)
@@ -60,9 +60,7 @@ class PostgresBus(InProcessBus):
     ) -> None:
         super().__init__()
         self._engine = engine
-        self._conninfo = (
-            make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-        )
+        self._conninfo = libpq_url(database_url)
         self._on_reconnect = on_reconnect
         self.replica = replica_id()
         self.listening = asyncio.Event()

@@ -68,7 +68,8 @@ async def test_a_paid_call_behind_a_stuck_lock_fails_and_spends_nothing(
                 text("SELECT balance FROM credit_balance WHERE user_id = 'usr_stuck' FOR UPDATE")
             )
             with pytest.raises(psycopg.errors.LockNotAvailable):
-                await asyncio.wait_for(PostgresDecisions(engine).spend_credit(call), STUCK)
+                async with PostgresDecisions.open(database_url, lock_timeout_seconds=0.2) as decisions:
+                    await asyncio.wait_for(decisions.spend_credit(call), STUCK)
         async with sessions() as session:
             assert await credit_balance(session, "usr_stuck") == 2
             used = await session.exec(select(func.count()).select_from(UsageRecord))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.models import StripeCustomer, Subscription
+from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import SessionFactory, create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.identity import service as identity
@@ -23,6 +25,7 @@ class Ledger:
     engine: AsyncEngine
     sessions: SessionFactory
     user_id: str
+    decisions: PostgresDecisions | None = None  # on PostgreSQL, the paid-call decisions' connections
 
     async def subscribe(self, plan_id: str) -> Subscription:
         """An active subscription of this ledger's user to `plan_id`, for the next 30 days."""
@@ -53,11 +56,15 @@ class Ledger:
 async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Ledger]:
     """Both backends whatever TEST_DATABASE says: the PostgreSQL suite leaves these tests out."""
     templates: DatabaseTemplates = request.getfixturevalue(TEMPLATE_FIXTURES[request.param])
-    engine = create_engine(templates.fresh_url(tmp_path))
+    url = templates.fresh_url(tmp_path)
+    engine = create_engine(url)
     sessions = create_session_factory(engine)
     made = Ledger(engine, sessions, "")
     made.user_id = await made.add_user("ada")
     try:
-        yield made
+        async with AsyncExitStack() as stack:
+            if request.param == "postgres":
+                made.decisions = await stack.enter_async_context(PostgresDecisions.open(url))
+            yield made
     finally:
         await engine.dispose()

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from datetime import timedelta
 
 import pytest
@@ -26,6 +27,7 @@ from service.billing.usage import (
     ledger_sum,
 )
 from service.billing.usage_models import UsageRecord
+from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.paywall.admission import Admission
@@ -77,7 +79,7 @@ PACK = CreditPack(id="calls_50", name="50 calls", lookup_key="k50", credits=50, 
 
 def admission_for(ledger: Ledger) -> tuple[Admission, Entitlements]:
     entitlements = Entitlements(ledger.sessions, grace=timedelta(days=3), cache_seconds=60.0)
-    return Admission(ledger.sessions, CATALOG, entitlements), entitlements
+    return Admission(ledger.sessions, CATALOG, entitlements, postgres=ledger.decisions), entitlements
 
 
 async def grant(ledger: Ledger, user_id: str, source: str = "checkout:cs_1") -> None:
@@ -158,21 +160,26 @@ async def test_a_failing_call_in_a_batch_spends_no_one_elses_credit(ledger: Ledg
 
 async def test_two_replicas_pay_each_call_once(ledger: Ledger) -> None:
     await grant(ledger, ledger.user_id)
-    other_engine = create_engine(ledger.engine.url.render_as_string(hide_password=False))
-    other = Ledger(other_engine, create_session_factory(other_engine), ledger.user_id)
-    first, first_entitlements = admission_for(ledger)
-    second, second_entitlements = admission_for(other)
-    await first_entitlements.plans_of(ledger.user_id)
-    await second_entitlements.plans_of(ledger.user_id)
-    keys = [f"call-{n}" for n in range(30)]
+    url = ledger.engine.url.render_as_string(hide_password=False)
+    other_engine = create_engine(url)
     try:
-        results = await asyncio.gather(
-            admit_all(first, calls_of(ledger.user_id, keys)),
-            admit_all(second, calls_of(ledger.user_id, keys)),
-        )
+        async with AsyncExitStack() as stack:
+            decisions = None
+            if ledger.decisions is not None:  # the other replica's own connections
+                decisions = await stack.enter_async_context(PostgresDecisions.open(url))
+            other = Ledger(other_engine, create_session_factory(other_engine), ledger.user_id, decisions)
+            first, first_entitlements = admission_for(ledger)
+            second, second_entitlements = admission_for(other)
+            stack.callback(first.close)
+            stack.callback(second.close)
+            await first_entitlements.plans_of(ledger.user_id)
+            await second_entitlements.plans_of(ledger.user_id)
+            keys = [f"call-{n}" for n in range(30)]
+            results = await asyncio.gather(
+                admit_all(first, calls_of(ledger.user_id, keys)),
+                admit_all(second, calls_of(ledger.user_id, keys)),
+            )
     finally:
-        first.close()
-        second.close()
         await other_engine.dispose()
     assert list(results) == [[True] * 30, [True] * 30]
     assert await balance(ledger, ledger.user_id) == (20, 20)

@@ -15,7 +15,6 @@ from service.billing.plans import CreditPack
 from service.billing.usage import PaidCall, credit_balance, grant_credits, ledger_sum
 from service.billing.usage_models import UsageCounter, UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
-from service.db.engine import checked_out_connections
 from tests.integration.usage.conftest import Ledger
 from tests.support.polling import until
 
@@ -27,6 +26,11 @@ def postgres(ledger: Ledger) -> Ledger:
     if ledger.engine.url.get_backend_name() != "postgresql":
         pytest.skip("PostgreSQL's decisions")
     return ledger
+
+
+def decisions_of(ledger: Ledger) -> PostgresDecisions:
+    assert ledger.decisions is not None, "the PostgreSQL ledger has its decisions"
+    return ledger.decisions
 
 
 async def _balance(ledger: Ledger) -> tuple[int, int, int]:
@@ -69,7 +73,7 @@ async def _waiting_for_locks(ledger: Ledger, count: int) -> None:
 async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: Ledger) -> None:
     async with postgres.sessions() as session, session.begin():
         await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
-    decisions = PostgresDecisions(postgres.engine)
+    decisions = decisions_of(postgres)
     call = PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key="the-call")
     async with _balance_locked(postgres):
         # Both statements start before either has written: neither sees the other's usage row.
@@ -82,7 +86,7 @@ async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: 
 async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothing(postgres: Ledger) -> None:
     async with postgres.sessions() as session, session.begin():
         await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
-    decisions = PostgresDecisions(postgres.engine)
+    decisions = decisions_of(postgres)
     calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(3)]
     async with _balance_locked(postgres):
         # All three saw two credits when they started; the row they wait for will say otherwise.
@@ -92,32 +96,75 @@ async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothi
     assert await _balance(postgres) == (0, 0, 2)
 
 
-async def test_decisions_hold_at_most_their_share_of_the_pool(postgres: Ledger) -> None:
-    """Beyond the pool's kept connections each extra one is opened and closed again: a burst of
-    calls queues for the decisions' few connections instead."""
+async def _decision_backends(ledger: Ledger) -> set[int]:
+    """The server processes of the decisions' connections to the ledger's database now."""
+    async with ledger.engine.connect() as connection:
+        rows = await connection.execute(
+            text(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'paid-call-decisions'"
+            )
+        )
+        return {int(pid) for pid in rows.scalars()}
+
+
+async def test_a_burst_of_decisions_shares_a_few_connections_kept_open(postgres: Ledger) -> None:
+    """A burst of calls queues for the decisions' few connections, which stay open for the next
+    burst, instead of opening (and closing again) a connection per call; the engine's pool is not
+    used."""
     async with postgres.sessions() as session, session.begin():
         await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
-    pool = postgres.engine.sync_engine.pool
-    most = 0
+    engine_pool = postgres.engine.sync_engine.pool
+    engine_checkouts = 0
 
     def checked_out(*_args: object) -> None:
-        nonlocal most
-        most = max(most, checked_out_connections(postgres.engine))
+        nonlocal engine_checkouts
+        engine_checkouts += 1
 
-    event.listen(pool, "checkout", checked_out)
-    decisions = PostgresDecisions(postgres.engine, concurrent=3)
-    calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(40)]
-    try:
-        results = await asyncio.gather(*(decisions.spend_credit(call) for call in calls))
-    finally:
-        event.remove(pool, "checkout", checked_out)
-    assert sorted(results) == [False] * 38 + [True] * 2
-    assert 1 <= most <= 3, most
+    url = postgres.engine.url.render_as_string(hide_password=False)
+    async with PostgresDecisions.open(url, concurrent=3) as decisions:
+        bursts = []
+        for burst in range(2):
+            calls = [
+                PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{burst}-{n}")
+                for n in range(40)
+            ]
+            event.listen(engine_pool, "checkout", checked_out)
+            try:
+                bursts.append(await asyncio.gather(*(decisions.spend_credit(call) for call in calls)))
+            finally:
+                event.remove(engine_pool, "checkout", checked_out)
+            backends = await _decision_backends(postgres)
+            assert 1 <= len(backends) <= 3, backends
+            if burst == 0:
+                first_backends = backends
+        assert backends <= first_backends, "the second burst opened no connection"
+    assert sorted(bursts[0]) == [False] * 38 + [True] * 2
+    assert bursts[1] == [False] * 40
+    assert engine_checkouts == 0
+
+    async def all_gone() -> bool:  # a server process ends a moment after its client closed
+        return await _decision_backends(postgres) == set()
+
+    await until(all_gone, "the decisions' connections closed with the block")
+
+
+async def test_decision_connections_are_left_idle_between_decisions(postgres: Ledger) -> None:
+    decisions = decisions_of(postgres)
+    await decisions.spend_credit(PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key="one"))
+    async with postgres.engine.connect() as connection:
+        rows = await connection.execute(
+            text(
+                "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'paid-call-decisions'"
+            )
+        )
+        assert list(rows.scalars()) == ["idle"], "no transaction left open between decisions"
 
 
 async def test_two_deliveries_of_one_included_call_count_once(postgres: Ledger) -> None:
     subscription = await postgres.subscribe("pro")
-    decisions = PostgresDecisions(postgres.engine)
+    decisions = decisions_of(postgres)
     columns = {"plan_id": "pro", "subscription_id": subscription.id, "period": "p1"}
 
     def call(key: str) -> PaidCall:
@@ -144,7 +191,7 @@ async def test_two_deliveries_of_one_included_call_count_once(postgres: Ledger) 
 
 async def test_past_the_included_calls_nothing_metering_refuses_and_writes_nothing(postgres: Ledger) -> None:
     subscription = await postgres.subscribe("pro")
-    decisions = PostgresDecisions(postgres.engine)
+    decisions = decisions_of(postgres)
     columns = {"plan_id": "pro", "subscription_id": subscription.id, "period": "p1"}
     calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(3)]
     assert [await decisions.count(call, columns, 2, {}) for call in calls] == [True, True, False]

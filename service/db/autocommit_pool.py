@@ -1,0 +1,77 @@
+"""A small pool of PostgreSQL driver connections in autocommit, apart from the engine's pool.
+
+For work that is one statement at a time on the hot path (paid-call decisions): taking a
+connection from SQLAlchemy's pool and switching it to autocommit and back cost about as much of the
+service's CPU as the statement itself. These connections stay in autocommit, get the same lock
+timeout as the engine's, and are pinged only when they sat idle, as the engine's are.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from service.db.engine import (
+    DEFAULT_LOCK_TIMEOUT_SECONDS,
+    IDLE_PING_AFTER_SECONDS,
+    libpq_url,
+    postgres_lock_timeout_statement,
+)
+
+AutocommitPool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+
+# How long a caller waits for a connection (one being opened, or one of the others to come back)
+# before it gives up with `psycopg_pool.PoolTimeout`, an `OperationalError`.
+CONNECTION_WAIT_SECONDS = 10.0
+
+
+@asynccontextmanager
+async def autocommit_pool(
+    database_url: str,
+    *,
+    size: int,
+    name: str,
+    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    idle_ping_after: float = IDLE_PING_AFTER_SECONDS,
+    connection_wait_seconds: float = CONNECTION_WAIT_SECONDS,
+) -> AsyncIterator[AutocommitPool]:
+    """Up to `size` connections to `database_url`, opened when first needed and closed when the
+    block ends; `name` is theirs in `pg_stat_activity`."""
+    returned_at: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
+
+    async def configure(connection: psycopg.AsyncConnection[Any]) -> None:
+        await connection.execute(postgres_lock_timeout_statement(lock_timeout_seconds))
+        returned_at[connection] = time.monotonic()
+
+    async def check(connection: psycopg.AsyncConnection[Any]) -> None:
+        """A ping for a connection that sat idle (the database may have restarted meanwhile); the
+        pool replaces one that fails it."""
+        if time.monotonic() - returned_at.get(connection, 0.0) >= idle_ping_after:
+            await AsyncConnectionPool.check_connection(connection)
+
+    async def reset(connection: psycopg.AsyncConnection[Any]) -> None:
+        returned_at[connection] = time.monotonic()
+
+    pool: AutocommitPool = AsyncConnectionPool(
+        libpq_url(database_url),
+        kwargs={"autocommit": True, "application_name": name},
+        min_size=0,
+        max_size=size,
+        configure=configure,
+        check=check,
+        reset=reset,
+        name=name,
+        timeout=connection_wait_seconds,
+        open=False,
+    )
+    await pool.open()
+    try:
+        yield pool
+    finally:
+        await pool.close()
