@@ -31,7 +31,7 @@ from service.billing.stripe_sync.verification import WebhookChecks
 from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_reporter import UsageReporter
-from service.db.engine import create_engine, create_session_factory, pool_limits
+from service.db.engine import create_engine_for, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
 from service.db.wal import CHECKPOINT_SECONDS, WalCheckpoints
 from service.dependencies import ResponseInstead, respond_instead
@@ -93,11 +93,7 @@ async def _start_runtime(
     """Creates every long-lived resource; `stack` closes them in reverse order at shutdown.
     `callers` tells tools and the paywall who is calling (service/mcp_server/caller.py)."""
     catalog = PlanCatalog.load(settings.billing.plans_file)
-    engine = create_engine(
-        settings.database.url,
-        sqlite_synchronous=settings.database.sqlite_synchronous,
-        lock_timeout_seconds=settings.database.lock_timeout_seconds,
-    )
+    engine = create_engine_for(settings.database)
     stack.push_async_callback(engine.dispose)
     sessions = create_session_factory(engine)
     metrics = ServiceMetrics()

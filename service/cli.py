@@ -17,7 +17,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service import __version__
 from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_USAGE_MISMATCH
-from service.db.engine import create_engine, create_session_factory
+from service.db.engine import create_engine_for, create_session_factory
 from service.identity import service as identity
 from service.identity.models import Token
 from service.identity.passwords import PasswordHashing
@@ -117,9 +117,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]) -> int:
     async def run() -> int:
-        engine = create_engine(
-            settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds
-        )
+        engine = create_engine_for(settings.database)
         try:
             async with create_session_factory(engine)() as session, session.begin():
                 return await work(session)

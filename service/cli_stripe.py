@@ -22,7 +22,7 @@ from service.billing.stripe_sync.stripe_events import StripeEventData
 from service.billing.stripe_sync.wiring import StripeSync, build_stripe_sync
 from service.billing.usage_reporter import UsageReporter
 from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_USAGE_MISMATCH
-from service.db.engine import create_engine, create_session_factory
+from service.db.engine import create_engine_for, create_session_factory
 from service.db.metadata import utcnow
 from service.logging_setup import configure_logging
 from service.paywall.bus import CompletionBus, InProcessBus, relay_billing_events
@@ -81,7 +81,7 @@ async def stripe_context(settings: Settings) -> AsyncIterator[StripeContext]:
         )
     except ToolPackageError as exc:
         raise CommandFailed(str(exc)) from exc
-    engine = create_engine(settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds)
+    engine = create_engine_for(settings.database)
     gateway = StripeGateway.create(
         settings.stripe.secret_key.get_secret_value(), stripe_api_base(settings), catalog
     )
@@ -168,7 +168,7 @@ async def reconcile(settings: Settings, *, as_json: bool = False) -> int:
 
 async def report_usage(settings: Settings, hours: int) -> int:
     """Send the metered calls not reported yet, then compare the last `hours` with Stripe's meters."""
-    engine = create_engine(settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds)
+    engine = create_engine_for(settings.database)
     try:
         async with stripe_context(settings) as context:
             catalog = PlanCatalog.load(settings.billing.plans_file)  # stripe_context has checked it

@@ -16,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlalchemy.pool import QueuePool
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.settings.sections import DatabaseSettings
+
 SessionFactory = async_sessionmaker[AsyncSession]
 
 
@@ -195,6 +197,15 @@ def create_engine(
     )
     event.listen(engine.sync_engine, "connect", _postgres_lock_timeout(lock_timeout_seconds))
     return engine
+
+
+def create_engine_for(database: DatabaseSettings) -> AsyncEngine:
+    """The engine `DATABASE_*` settings describe: what the service, its CLI and its jobs all use."""
+    return create_engine(
+        database.url,
+        sqlite_synchronous=database.sqlite_synchronous,
+        lock_timeout_seconds=database.lock_timeout_seconds,
+    )
 
 
 def _postgres_lock_timeout(seconds: float) -> Any:
