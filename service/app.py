@@ -176,7 +176,9 @@ async def _start_runtime(
     if engine.dialect.name == "postgresql":
         postgres_decisions = await stack.enter_async_context(
             PostgresDecisions.open(
-                settings.database.url, lock_timeout_seconds=settings.database.lock_timeout_seconds
+                settings.database.url,
+                lock_timeout_seconds=settings.database.lock_timeout_seconds,
+                idle_in_transaction_timeout_seconds=settings.database.idle_in_transaction_timeout_seconds,
             )
         )
     paywall = Paywall(

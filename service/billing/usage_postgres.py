@@ -35,7 +35,11 @@ from service.billing.usage import (
     plan_call_columns,
 )
 from service.db.autocommit_pool import AutocommitPool, autocommit_pool
-from service.db.engine import DEFAULT_LOCK_TIMEOUT_SECONDS
+from service.db.engine import (
+    DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
+    DEFAULT_LOCK_TIMEOUT_SECONDS,
+    postgres_session_limits,
+)
 from service.db.metadata import utcnow
 
 # The balance moves only when the call has no usage row yet, and the row is written only when the
@@ -140,6 +144,7 @@ class PostgresDecisions:
         database_url: str,
         *,
         lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+        idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
         concurrent: int = CONCURRENT_DECISIONS,
     ) -> AsyncIterator[PostgresDecisions]:
         """Decisions on up to `concurrent` connections to `database_url`, closed when the block ends."""
@@ -147,7 +152,7 @@ class PostgresDecisions:
             database_url,
             size=concurrent,
             name="paid-call-decisions",
-            lock_timeout_seconds=lock_timeout_seconds,
+            session_limits=postgres_session_limits(lock_timeout_seconds, idle_in_transaction_timeout_seconds),
         ) as pool:
             yield cls(pool, concurrent=concurrent)
 

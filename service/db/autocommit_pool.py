@@ -2,8 +2,9 @@
 
 For work that is one statement at a time on the hot path (paid-call decisions): taking a
 connection from SQLAlchemy's pool and switching it to autocommit and back cost about as much of the
-service's CPU as the statement itself. These connections stay in autocommit, get the same lock
-timeout as the engine's, and are pinged only when they sat idle, as the engine's are.
+service's CPU as the statement itself. These connections stay in autocommit, get the engine's
+session limits (the lock and idle-in-transaction timeouts), and are pinged only when they sat idle,
+as the engine's are.
 """
 
 from __future__ import annotations
@@ -17,12 +18,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from service.db.engine import (
-    DEFAULT_LOCK_TIMEOUT_SECONDS,
-    IDLE_PING_AFTER_SECONDS,
-    libpq_url,
-    postgres_lock_timeout_statement,
-)
+from service.db.engine import IDLE_PING_AFTER_SECONDS, libpq_url, postgres_session_limits
 
 AutocommitPool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
@@ -37,16 +33,19 @@ async def autocommit_pool(
     *,
     size: int,
     name: str,
-    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    session_limits: tuple[str, ...] | None = None,
     idle_ping_after: float = IDLE_PING_AFTER_SECONDS,
     connection_wait_seconds: float = CONNECTION_WAIT_SECONDS,
 ) -> AsyncIterator[AutocommitPool]:
     """Up to `size` connections to `database_url`, opened when first needed and closed when the
-    block ends; `name` is theirs in `pg_stat_activity`."""
+    block ends; `name` is theirs in `pg_stat_activity`. `session_limits`: the `SET`s each new
+    connection runs (`postgres_session_limits()`, the defaults, when None)."""
+    limits = postgres_session_limits() if session_limits is None else session_limits
     returned_at: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
 
     async def configure(connection: psycopg.AsyncConnection[Any]) -> None:
-        await connection.execute(postgres_lock_timeout_statement(lock_timeout_seconds))
+        for statement in limits:
+            await connection.execute(statement)
         returned_at[connection] = time.monotonic()
 
     async def check(connection: psycopg.AsyncConnection[Any]) -> None:

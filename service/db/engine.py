@@ -64,16 +64,26 @@ _sqlite_synchronous: weakref.WeakKeyDictionary[Any, SqliteSynchronous] = weakref
 
 # How long a statement waits for a lock held elsewhere (`DATABASE_LOCK_TIMEOUT_SECONDS`).
 DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
+# How long a PostgreSQL session may sit in a transaction doing nothing before the server ends it
+# (`DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS`; 0: no limit).
+DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = 60.0
 
 
 def _milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
-def postgres_lock_timeout_statement(seconds: float) -> str:
-    """The `SET` that bounds a PostgreSQL session's lock waits: a statement, not a startup option,
-    which PgBouncer refuses."""
-    return f"SET lock_timeout = {_milliseconds(seconds)}"
+def postgres_session_limits(
+    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
+) -> tuple[str, ...]:
+    """The `SET`s that bound a PostgreSQL session's waits: statements, not startup options, which
+    PgBouncer refuses."""
+    idle = _milliseconds(idle_in_transaction_timeout_seconds) if idle_in_transaction_timeout_seconds else 0
+    return (
+        f"SET lock_timeout = {_milliseconds(lock_timeout_seconds)}",
+        f"SET idle_in_transaction_session_timeout = {idle}",
+    )
 
 
 def _sqlite_pragmas(synchronous: SqliteSynchronous, lock_timeout_seconds: float) -> Any:
@@ -164,7 +174,10 @@ def create_engine(
     idle_ping_after: float | None = None,
     sqlite_synchronous: SqliteSynchronous = DEFAULT_SQLITE_SYNCHRONOUS,
     lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
+    idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
 ) -> AsyncEngine:
+    """The service's engine for `url`; `idle_in_transaction_timeout_seconds` applies to PostgreSQL
+    only (SQLite's transactions are this process's own)."""
     ensure_sqlite_directory(url)
     if make_url(url).get_backend_name() == "sqlite":
         # One connection: every transaction takes SQLite's write lock at BEGIN anyway, so a second
@@ -195,7 +208,8 @@ def create_engine(
     _ping_connections_idle_for(
         engine, IDLE_PING_AFTER_SECONDS if idle_ping_after is None else idle_ping_after
     )
-    event.listen(engine.sync_engine, "connect", _postgres_lock_timeout(lock_timeout_seconds))
+    limits = postgres_session_limits(lock_timeout_seconds, idle_in_transaction_timeout_seconds)
+    event.listen(engine.sync_engine, "connect", _postgres_session_limits(limits))
     return engine
 
 
@@ -205,11 +219,12 @@ def create_engine_for(database: DatabaseSettings) -> AsyncEngine:
         database.url,
         sqlite_synchronous=database.sqlite_synchronous,
         lock_timeout_seconds=database.lock_timeout_seconds,
+        idle_in_transaction_timeout_seconds=database.idle_in_transaction_timeout_seconds,
     )
 
 
-def _postgres_lock_timeout(seconds: float) -> Any:
-    """`lock_timeout` for the session, in autocommit, so the new connection is not left inside a
+def _postgres_session_limits(statements: tuple[str, ...]) -> Any:
+    """The session's limits set on a new connection, in autocommit, so it is not left inside a
     transaction."""
 
     def apply(dbapi_connection: Any, _record: Any) -> None:
@@ -217,7 +232,8 @@ def _postgres_lock_timeout(seconds: float) -> Any:
         dbapi_connection.autocommit = True
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute(postgres_lock_timeout_statement(seconds))
+            for statement in statements:
+                cursor.execute(statement)
         finally:
             cursor.close()
             dbapi_connection.autocommit = autocommit

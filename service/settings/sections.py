@@ -141,6 +141,10 @@ class DatabaseSettings(Section):
     """The longest a statement waits for a lock another transaction holds (a row, or SQLite's write
     lock) before it fails: a stuck transaction then fails the calls behind it (a paid call does not
     run) instead of holding their connections until it ends. Migrations are not bounded by it."""
+    idle_in_transaction_timeout_seconds: float = Field(default=60.0, ge=0, le=86_400)
+    """PostgreSQL only: a session left inside a transaction doing nothing for this long is ended by
+    the server, its locks released (the service never keeps one open across a wait; this catches a
+    stuck or forgotten one). `0`: no limit. Migrations are not bounded by it."""
     completion_bus: Literal["auto", "local"] = Field(default="auto", alias="completion_bus")
     """`auto`: LISTEN/NOTIFY on PostgreSQL; `local` skips it (e.g. behind PgBouncer in transaction mode)
     and the sweep still delivers."""

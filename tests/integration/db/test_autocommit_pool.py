@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from service.db.autocommit_pool import autocommit_pool
+from service.db.engine import postgres_session_limits
 from tests.support.databases import DatabaseTemplates
 
 
@@ -18,18 +19,22 @@ async def _terminate(url: str, backend_pid: int) -> None:
         await admin.execute("SELECT pg_terminate_backend(%s)", (backend_pid,))
 
 
-async def test_connections_come_in_autocommit_with_the_lock_timeout(
+async def test_connections_come_in_autocommit_with_the_session_limits(
     pg_templates: DatabaseTemplates, tmp_path: Path
 ) -> None:
     url = pg_templates.fresh_url(tmp_path)
     async with (
-        autocommit_pool(url, size=2, name="test-pool", lock_timeout_seconds=0.25) as pool,
+        autocommit_pool(
+            url, size=2, name="test-pool", session_limits=postgres_session_limits(0.25, 90)
+        ) as pool,
         pool.connection() as connection,
     ):
         assert connection.autocommit
         assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         cursor = await connection.execute("SHOW lock_timeout")
         assert await cursor.fetchone() == ("250ms",)
+        cursor = await connection.execute("SHOW idle_in_transaction_session_timeout")
+        assert await cursor.fetchone() == ("90s",)
         cursor = await connection.execute("SHOW application_name")
         assert await cursor.fetchone() == ("test-pool",)
 
