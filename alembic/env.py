@@ -7,7 +7,8 @@ from logging.config import fileConfig
 from sqlalchemy import engine_from_config, pool
 
 from alembic import context
-from service.db.engine import ensure_sqlite_directory, sync_database_url
+from service.db.engine import ensure_sqlite_directory, postgres_lock_timeout, sync_database_url
+from service.db.migrations import LOCK_TIMEOUT_ATTRIBUTE
 from service.db.models import metadata
 from service.settings import Settings
 
@@ -37,7 +38,12 @@ def run_migrations_online() -> None:
     connectable = engine_from_config(
         config.get_section(config.config_ini_section, {}), prefix="sqlalchemy.", poolclass=pool.NullPool
     )
+    lock_timeout_seconds = config.attributes.get(LOCK_TIMEOUT_ATTRIBUTE)
     with connectable.connect() as connection:
+        if lock_timeout_seconds is not None and connection.dialect.name == "postgresql":
+            # For the session; committed, so the migrations' transaction below is alembic's own.
+            connection.exec_driver_sql(postgres_lock_timeout(lock_timeout_seconds))
+            connection.commit()
         context.configure(
             connection=connection,
             target_metadata=metadata,

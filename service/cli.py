@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service import __version__
-from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_USAGE_MISMATCH
+from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_LOCK_WAIT, EXIT_USAGE_MISMATCH
 from service.db.engine import create_engine_for, create_session_factory
 from service.identity import service as identity
 from service.identity.models import Token
@@ -45,7 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         help="serve /metrics on this inherited, already-bound TCP socket; its port replaces METRICS_PORT",
     )
 
-    commands.add_parser("migrate", help="upgrade the database to the latest migration")
+    commands.add_parser(
+        "migrate",
+        help="upgrade the database to the latest migration "
+        f"(exit {EXIT_LOCK_WAIT}: gave up waiting for a lock, nothing changed; run it again)",
+    )
 
     users = commands.add_parser("users", help="local accounts").add_subparsers(dest="action", required=True)
     create_user = users.add_parser("create", help="create a local account (password prompted, or from stdin)")
@@ -113,6 +117,28 @@ def _parser() -> argparse.ArgumentParser:
         "--webhook-url", action="append", default=[], help="endpoint to deliver events to (repeatable)"
     )
     return parser
+
+
+def _migrate(settings: Settings) -> int:
+    import psycopg
+    from sqlalchemy.exc import DBAPIError
+
+    from service.db.migrations import upgrade_to_head
+
+    waited = settings.database.migration_lock_timeout_seconds
+    try:
+        upgrade_to_head(settings.database.url, lock_timeout_seconds=waited)
+    except DBAPIError as exc:
+        if not isinstance(exc.orig, psycopg.errors.LockNotAvailable):
+            raise
+        print(
+            f"migration stopped, nothing changed: it waited longer than {waited:g} s"
+            " (DATABASE_MIGRATION_LOCK_TIMEOUT_SECONDS) for a lock another session holds; run it again",
+            file=sys.stderr,
+        )
+        return EXIT_LOCK_WAIT
+    print("database is at the latest migration")
+    return 0
 
 
 def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]) -> int:
@@ -290,11 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "stripe":
         return _stripe(settings, args)
     if args.command == "migrate":
-        from service.db.migrations import upgrade_to_head
-
-        upgrade_to_head(settings.database.url)
-        print("database is at the latest migration")
-        return 0
+        return _migrate(settings)
 
     password = ""
     if (args.command, args.action) in (("users", "create"), ("users", "set-password")):

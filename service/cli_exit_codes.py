@@ -11,3 +11,6 @@ from __future__ import annotations
 EXIT_LEASE_HELD = 3
 # `stripe report-usage`: our counts and Stripe's meter event summaries differ.
 EXIT_USAGE_MISMATCH = 3
+# `migrate` gave up waiting for a lock another session holds (`DATABASE_MIGRATION_LOCK_TIMEOUT_SECONDS`)
+# and changed nothing: running it again later is expected to work.
+EXIT_LOCK_WAIT = 4

@@ -73,6 +73,11 @@ def _milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
 
 
+def postgres_lock_timeout(seconds: float) -> str:
+    """The `SET` that bounds a PostgreSQL session's lock waits."""
+    return f"SET lock_timeout = {_milliseconds(seconds)}"
+
+
 def postgres_session_limits(
     lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
@@ -80,10 +85,7 @@ def postgres_session_limits(
     """The `SET`s that bound a PostgreSQL session's waits: statements, not startup options, which
     PgBouncer refuses."""
     idle = _milliseconds(idle_in_transaction_timeout_seconds) if idle_in_transaction_timeout_seconds else 0
-    return (
-        f"SET lock_timeout = {_milliseconds(lock_timeout_seconds)}",
-        f"SET idle_in_transaction_session_timeout = {idle}",
-    )
+    return (postgres_lock_timeout(lock_timeout_seconds), f"SET idle_in_transaction_session_timeout = {idle}")
 
 
 def _sqlite_pragmas(synchronous: SqliteSynchronous, lock_timeout_seconds: float) -> Any:

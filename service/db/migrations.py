@@ -31,9 +31,18 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
-def upgrade_to_head(database_url: str) -> None:
+# Where `alembic/env.py` finds the lock timeout of a migration run in the config's attributes.
+LOCK_TIMEOUT_ATTRIBUTE = "lock_timeout_seconds"
+
+
+def upgrade_to_head(database_url: str, *, lock_timeout_seconds: float | None = None) -> None:
+    """Every migration not applied yet. With `lock_timeout_seconds`, a statement on PostgreSQL that
+    waits longer for a lock fails the run (psycopg's `LockNotAvailable`), which is rolled back."""
     ensure_sqlite_directory(database_url)
-    command.upgrade(alembic_config(database_url), "head")
+    config = alembic_config(database_url)
+    if lock_timeout_seconds is not None:
+        config.attributes[LOCK_TIMEOUT_ATTRIBUTE] = lock_timeout_seconds
+    command.upgrade(config, "head")
 
 
 def head_revision(database_url: str) -> str | None:

@@ -140,7 +140,12 @@ class DatabaseSettings(Section):
     lock_timeout_seconds: float = Field(default=5.0, ge=0.01, le=600)
     """The longest a statement waits for a lock another transaction holds (a row, or SQLite's write
     lock) before it fails: a stuck transaction then fails the calls behind it (a paid call does not
-    run) instead of holding their connections until it ends. Migrations are not bounded by it."""
+    run) instead of holding their connections until it ends. Migrations have their own
+    (`DATABASE_MIGRATION_LOCK_TIMEOUT_SECONDS`)."""
+    migration_lock_timeout_seconds: float = Field(default=10.0, ge=0.01, le=3600)
+    """PostgreSQL only: the longest a migration's statement waits for a lock. A schema change
+    waiting behind a running transaction holds up every query on its table meanwhile, so it gives
+    up instead: `migrate` fails with nothing changed, and runs again (the Job retries it)."""
     idle_in_transaction_timeout_seconds: float = Field(default=60.0, ge=0, le=86_400)
     """PostgreSQL only: a session left inside a transaction doing nothing for this long is ended by
     the server, its locks released (the service never keeps one open across a wait; this catches a
