@@ -209,6 +209,9 @@ async def _start_runtime(
     )
     stack.callback(paywall.close)
     watch_resources(metrics, engine, pool_limits(settings.database.url), bus, stripe_sync.processor)
+    if postgres_decisions is not None:
+        decisions = postgres_decisions
+        metrics.watch_usage_decisions(lambda: decisions.waiting, lambda: decisions.deciding)
     await stack.enter_async_context(
         every(
             settings.billing.reconcile_interval_seconds,

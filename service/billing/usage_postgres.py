@@ -136,6 +136,8 @@ class PostgresDecisions:
     def __init__(self, pool: AutocommitPool, *, concurrent: int = CONCURRENT_DECISIONS) -> None:
         self._pool = pool
         self._slots = asyncio.Semaphore(concurrent)
+        self.waiting = 0  # decisions waiting for one of the places
+        self.deciding = 0  # decisions holding one
 
     @classmethod
     @asynccontextmanager
@@ -156,16 +158,27 @@ class PostgresDecisions:
         ) as pool:
             yield cls(pool, concurrent=concurrent)
 
-    @property
-    def slot(self) -> asyncio.Semaphore:
-        """Held while a decision has a connection: one that runs elsewhere (through the ORM, for a
-        subscription the entitlement cache does not hold) takes it too."""
-        return self._slots
+    @asynccontextmanager
+    async def place(self) -> AsyncIterator[None]:
+        """One of the `concurrent` places, held while a decision has a connection: one that runs
+        elsewhere (through the ORM, for a subscription the entitlement cache does not hold) takes
+        one too."""
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.deciding += 1
+        try:
+            yield
+        finally:
+            self.deciding -= 1
+            self._slots.release()
 
     @asynccontextmanager
     async def _autocommit(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """One of the decisions' connections, in autocommit."""
-        async with self._slots, self._pool.connection() as connection:
+        async with self.place(), self._pool.connection() as connection:
             yield connection
 
     async def spend_credit(self, call: PaidCall) -> bool:

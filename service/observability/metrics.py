@@ -359,6 +359,19 @@ class ServiceMetrics:
         self.db_pool_checked_out.set_function(lambda: float(checked_out()))
         self.db_pool_max.set(most)
 
+    def watch_usage_decisions(self, waiting: Callable[[], int], deciding: Callable[[], int]) -> None:
+        """Export the PostgreSQL paid-call decisions' queue: at most a few decide at once."""
+        Gauge(
+            "paywall_usage_decisions_in_flight",
+            "Usage-priced calls being decided on PostgreSQL now (at most 4 per replica).",
+            registry=self.registry,
+        ).set_function(lambda: float(deciding()))
+        Gauge(
+            "paywall_usage_decisions_waiting",
+            "Usage-priced calls waiting for their turn to be decided on PostgreSQL.",
+            registry=self.registry,
+        ).set_function(lambda: float(waiting()))
+
     def watch_completion_bus(self, connected: Callable[[], bool]) -> None:
         """Export `paywall_completion_bus_connected`; only a bus across replicas has a connection."""
         Gauge(

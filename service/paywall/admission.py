@@ -260,7 +260,7 @@ class Admission:
         subscription = attempt.subscription
         plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
         if subscription is None or plan is None:
-            async with postgres.slot, self._sessions() as session, session.begin():
+            async with postgres.place(), self._sessions() as session, session.begin():
                 return await self._plan_call(session, attempt)
         await postgres.plan_call(
             attempt.call, subscription, plan, self._catalog.metered_price(attempt.call.tool)

@@ -147,10 +147,17 @@ async def test_an_operator_sees_every_figure_after_a_paid_call(database_url: str
     assert "/pay/{elicitation_id}" in routes
     assert not [route for route in routes if "el_" in route or "no/such" in route], routes
 
-    # The pool and, on PostgreSQL only, the completion bus's connection.
+    # The pool and, on PostgreSQL only, the completion bus's connection and the decisions' queue.
     assert samples.value("db_pool_max_connections") == (30 if on_postgres else 1)
     assert 0 <= samples.value("db_pool_checked_out_connections") <= samples.value("db_pool_max_connections")
+    postgres_only = (
+        "paywall_completion_bus_connected",
+        "paywall_usage_decisions_in_flight",
+        "paywall_usage_decisions_waiting",
+    )
     if on_postgres:
         assert samples.value("paywall_completion_bus_connected") == 1
+        assert samples.value("paywall_usage_decisions_in_flight") == 0
+        assert samples.value("paywall_usage_decisions_waiting") == 0
     else:
-        assert ("paywall_completion_bus_connected", frozenset()) not in samples
+        assert not [name for name in postgres_only if (name, frozenset()) in samples]

@@ -15,9 +15,12 @@ from service.billing.plans import CreditPack
 from service.billing.usage import PaidCall, credit_balance, grant_credits, ledger_sum
 from service.billing.usage_models import UsageCounter, UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
+from service.observability.metrics import ServiceMetrics
 from tests.integration.usage.conftest import Ledger
 from tests.support.polling import until
 
+# Long enough that a decision still waiting for a lock then was never going to give up by itself.
+STUCK = 30.0
 PACK = CreditPack(id="calls_2", name="2 calls", lookup_key="k2", credits=2, amount=100, currency="usd")
 
 
@@ -196,3 +199,31 @@ async def test_past_the_included_calls_nothing_metering_refuses_and_writes_nothi
     calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(3)]
     assert [await decisions.count(call, columns, 2, {}) for call in calls] == [True, True, False]
     assert (await _balance(postgres))[2] == 2, "the refused call left no usage row"
+
+
+async def test_the_decisions_queue_is_exported_while_it_builds_up(postgres: Ledger) -> None:
+    async with postgres.sessions() as session, session.begin():
+        await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
+    url = postgres.engine.url.render_as_string(hide_password=False)
+    metrics = ServiceMetrics()
+    calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(6)]
+    async with PostgresDecisions.open(url, concurrent=4, lock_timeout_seconds=STUCK) as decisions:
+        metrics.watch_usage_decisions(lambda: decisions.waiting, lambda: decisions.deciding)
+
+        def exported() -> tuple[float | None, float | None]:
+            return (
+                metrics.registry.get_sample_value("paywall_usage_decisions_in_flight"),
+                metrics.registry.get_sample_value("paywall_usage_decisions_waiting"),
+            )
+
+        assert exported() == (0, 0)
+        async with _balance_locked(postgres):
+            spends = asyncio.gather(*(decisions.spend_credit(call) for call in calls))
+            await _waiting_for_locks(postgres, 4)  # four decide (held up by the lock), two wait their turn
+
+            async def queued() -> bool:
+                return exported() == (4, 2)
+
+            await until(queued, "four decisions in flight and two waiting, exported")
+        assert sorted(await spends) == [False] * 4 + [True] * 2
+        assert exported() == (0, 0)
