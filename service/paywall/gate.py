@@ -11,12 +11,16 @@ How the elicitation reaches the user depends on the protocol era and what the cl
 from __future__ import annotations
 
 import asyncio
+import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+import psycopg
+import sqlalchemy.exc
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types import (
@@ -64,6 +68,18 @@ class GateSettings:
     retry_wait_seconds: float
     max_elicitations_per_hour: int
     max_sessions_owed: int
+
+
+logger = logging.getLogger(__name__)
+
+# What a database that cannot answer now raises (down or unreachable, a lock held longer than the
+# lock timeout, no connection free in time, a full disk): the call is not decided, so it does not run.
+DATABASE_UNAVAILABLE = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    psycopg.OperationalError,
+    sqlite3.OperationalError,
+)
 
 
 def error_result(text: str) -> CallToolResult:
@@ -120,6 +136,14 @@ class Paywall:
         started = time.perf_counter()
         try:
             return await self._guard(ctx, tool, arguments)
+        except DATABASE_UNAVAILABLE as exc:
+            # Worth retrying, and said so: a crash would tell the caller nothing.
+            cause = type(getattr(exc, "orig", None) or exc).__name__
+            logger.warning("paid call to %s not decided: database unavailable (%s)", tool.name, cause)
+            return error_result(
+                f"{tool.name} did not run: the database is unavailable, so its payment could not be "
+                "checked. Try again in a few seconds."
+            )
         finally:
             request_context.spent_in_paywall(time.perf_counter() - started)
 

@@ -1,0 +1,66 @@
+"""A paid call the database cannot decide now (a lock held past the lock timeout) does not run and
+says why, and the same call goes through once the database answers again."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from service.billing.usage import credit_balance
+from service.db.engine import libpq_url
+from tests.support import factories
+from tests.support.in_memory import InMemoryService, run_in_memory
+
+CHART = "ascii_chart"
+CHART_ARGS = {"values": [3, 1, 2], "labels": ["a", "b", "c"]}
+
+
+@pytest.fixture
+async def impatient(database_url: str) -> AsyncIterator[InMemoryService]:
+    async with run_in_memory(database_url, database_lock_timeout_seconds=0.2) as running:
+        yield running
+
+
+@contextmanager
+def held_elsewhere(database_url: str, user_id: str) -> Iterator[None]:
+    """The user's credit balance locked by another session: SQLite's write lock, or the row."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        holder = sqlite3.connect(str(url.database), isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            yield
+        finally:
+            holder.close()
+        return
+    with psycopg.connect(libpq_url(database_url)) as holder:
+        holder.execute("SELECT balance FROM credit_balance WHERE user_id = %s FOR UPDATE", (user_id,))
+        yield
+
+
+async def test_a_call_behind_a_stuck_lock_fails_with_a_clear_error_and_runs_again_later(
+    impatient: InMemoryService, database_url: str
+) -> None:
+    ivy = await impatient.add_user("ivy")
+    granted = await factories.credits(impatient, ivy)
+    async with impatient.client(ivy, mode="legacy") as client:
+        with held_elsewhere(database_url, ivy.id):
+            stuck = await client.call_tool(CHART, CHART_ARGS)
+        assert stuck.is_error
+        [content] = stuck.content
+        assert getattr(content, "text", "") == (
+            f"{CHART} did not run: the database is unavailable, so its payment could not be checked. "
+            "Try again in a few seconds."
+        )
+        async with impatient.runtime.sessions() as session:
+            assert await credit_balance(session, ivy.id) == granted, "nothing spent"
+
+        again = await client.call_tool(CHART, CHART_ARGS)
+    assert not again.is_error, again
+    async with impatient.runtime.sessions() as session:
+        assert await credit_balance(session, ivy.id) == granted - 1
