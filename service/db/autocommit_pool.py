@@ -23,8 +23,9 @@ from service.db.engine import IDLE_PING_AFTER_SECONDS, libpq_url, postgres_sessi
 AutocommitPool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
 # How long a caller waits for a connection (one being opened, or one of the others to come back)
-# before it gives up with `psycopg_pool.PoolTimeout`, an `OperationalError`.
-CONNECTION_WAIT_SECONDS = 10.0
+# before it gives up with `psycopg_pool.PoolTimeout`, an `OperationalError`: opening one takes
+# milliseconds, so this is about a database that cannot be reached, where failing soon is kinder.
+CONNECTION_WAIT_SECONDS = 3.0
 
 
 @asynccontextmanager

@@ -58,3 +58,11 @@ async def test_a_connection_dropped_while_idle_is_replaced_after_the_idle_spell(
         async with pool.connection() as connection:
             await connection.execute("SELECT 1")
             assert connection.info.backend_pid != dropped
+
+
+async def test_a_database_that_cannot_be_reached_fails_the_caller_soon() -> None:
+    unreachable = "postgresql://postgres@127.0.0.1:1/nowhere"  # nothing listens on port 1
+    async with autocommit_pool(unreachable, size=1, name="test-pool", connection_wait_seconds=0.3) as pool:
+        with pytest.raises(psycopg.OperationalError):  # psycopg_pool's PoolTimeout is one
+            async with pool.connection():
+                pass
