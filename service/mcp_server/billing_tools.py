@@ -6,11 +6,13 @@ on Stripe's portal, behind the service's own sign-in check.
 
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import datetime, timedelta
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import (
     CallToolResult,
     ElicitRequest,
@@ -28,8 +30,11 @@ from service.billing.subscriptions import grants_access
 from service.billing.usage import credit_balance, period_usage
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
+from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.mcp_server.caller import CallerSource
 from service.money import format_amount
+
+logger = logging.getLogger(__name__)
 
 
 class SubscriptionStatus(BaseModel):
@@ -80,6 +85,16 @@ def register_billing_tools(
         )
     )
     async def billing_status() -> BillingStatus:
+        try:
+            return await _billing_status()
+        except DATABASE_UNAVAILABLE as exc:
+            logger.warning("billing_status not answered: database unavailable (%s)", unavailable_cause(exc))
+            raise ToolError(
+                "billing_status is not available right now: the database is unavailable. "
+                "Try again in a few seconds."
+            ) from exc
+
+    async def _billing_status() -> BillingStatus:
         caller = callers()
         now = utcnow()
         items: list[SubscriptionStatus] = []

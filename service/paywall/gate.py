@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
-import psycopg
-import sqlalchemy.exc
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types import (
@@ -38,6 +35,7 @@ from service.billing.plans import Plan
 from service.billing.usage import PaidCall
 from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import SessionFactory
+from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
 from service.observability import request_context
@@ -71,15 +69,6 @@ class GateSettings:
 
 
 logger = logging.getLogger(__name__)
-
-# What a database that cannot answer now raises (down or unreachable, a lock held longer than the
-# lock timeout, no connection free in time, a full disk): the call is not decided, so it does not run.
-DATABASE_UNAVAILABLE = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    psycopg.OperationalError,
-    sqlite3.OperationalError,
-)
 
 
 def error_result(text: str) -> CallToolResult:
@@ -137,9 +126,10 @@ class Paywall:
         try:
             return await self._guard(ctx, tool, arguments)
         except DATABASE_UNAVAILABLE as exc:
-            # Worth retrying, and said so: a crash would tell the caller nothing.
-            cause = type(getattr(exc, "orig", None) or exc).__name__
-            logger.warning("paid call to %s not decided: database unavailable (%s)", tool.name, cause)
+            # Not decided, so not run; worth retrying, and said so: a crash would tell the caller nothing.
+            logger.warning(
+                "paid call to %s not decided: database unavailable (%s)", tool.name, unavailable_cause(exc)
+            )
             return error_result(
                 f"{tool.name} did not run: the database is unavailable, so its payment could not be "
                 "checked. Try again in a few seconds."

@@ -64,3 +64,23 @@ async def test_a_call_behind_a_stuck_lock_fails_with_a_clear_error_and_runs_agai
     assert not again.is_error, again
     async with impatient.runtime.sessions() as session:
         assert await credit_balance(session, ivy.id) == granted - 1
+
+
+async def test_billing_status_says_when_the_database_cannot_answer(
+    impatient: InMemoryService, database_url: str
+) -> None:
+    if make_url(database_url).get_backend_name() != "postgresql":
+        pytest.skip("on SQLite nothing holds a read up; PostgreSQL's table lock does")
+    jay = await impatient.add_user("jay")
+    async with impatient.client(jay, mode="legacy") as client:
+        with psycopg.connect(libpq_url(database_url)) as holder:
+            holder.execute("LOCK TABLE subscription IN ACCESS EXCLUSIVE MODE")
+            stuck = await client.call_tool("billing_status", {})
+        again = await client.call_tool("billing_status", {})
+    assert stuck.is_error
+    [content] = stuck.content
+    assert getattr(content, "text", "").endswith(
+        "billing_status is not available right now: the database is unavailable. "
+        "Try again in a few seconds."
+    )
+    assert not again.is_error, again
