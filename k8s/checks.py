@@ -41,6 +41,7 @@ ALERTS = {
     "PaidMcpHighServerErrorRate",
     "PaidMcpDatabasePoolExhausted",
     "PaidMcpCompletionBusDown",
+    "PaidMcpUsageDecisionsQueued",
 }
 IMAGE = re.compile(r"[a-z0-9.-]+(:\d+)?/[a-z0-9./_-]+(:[\w.-]+|@sha256:[0-9a-f]{64})")
 SERVICE_COMMAND = ["python", "-m", "service"]

@@ -29,6 +29,7 @@ def exported_names() -> set[str]:
     names = set(SCRAPE)
     metrics = ServiceMetrics()
     metrics.watch_completion_bus(lambda: True)  # exported only where the bus is PostgreSQL's
+    metrics.watch_usage_decisions(lambda: 0, lambda: 0)  # exported only on PostgreSQL
     for family in metrics.registry.collect():
         names.update(family.name + suffix for suffix in SUFFIXES.get(family.type, ("",)))
     return names
