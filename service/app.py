@@ -31,7 +31,7 @@ from service.billing.stripe_sync.verification import WebhookChecks
 from service.billing.stripe_sync.wiring import build_stripe_sync
 from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_reporter import UsageReporter
-from service.db.engine import create_engine_for, create_session_factory, pool_limits
+from service.db.engine import SessionLimits, create_engine_for, create_session_factory, pool_limits
 from service.db.migrations import head_revision, known_revisions
 from service.db.wal import CHECKPOINT_SECONDS, WalCheckpoints
 from service.dependencies import ResponseInstead, respond_instead
@@ -175,11 +175,7 @@ async def _start_runtime(
     postgres_decisions = None
     if engine.dialect.name == "postgresql":
         postgres_decisions = await stack.enter_async_context(
-            PostgresDecisions.open(
-                settings.database.url,
-                lock_timeout_seconds=settings.database.lock_timeout_seconds,
-                idle_in_transaction_timeout_seconds=settings.database.idle_in_transaction_timeout_seconds,
-            )
+            PostgresDecisions.open(settings.database.url, limits=SessionLimits.of(settings.database))
         )
     paywall = Paywall(
         GateSettings(

@@ -35,11 +35,7 @@ from service.billing.usage import (
     plan_call_columns,
 )
 from service.db.autocommit_pool import AutocommitPool, autocommit_pool
-from service.db.engine import (
-    DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
-    DEFAULT_LOCK_TIMEOUT_SECONDS,
-    postgres_session_limits,
-)
+from service.db.engine import SessionLimits
 from service.db.metadata import utcnow
 
 # The balance moves only when the call has no usage row yet, and the row is written only when the
@@ -145,16 +141,12 @@ class PostgresDecisions:
         cls,
         database_url: str,
         *,
-        lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
-        idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
+        limits: SessionLimits = SessionLimits(),  # noqa: B008 - frozen, so one shared default is safe
         concurrent: int = CONCURRENT_DECISIONS,
     ) -> AsyncIterator[PostgresDecisions]:
         """Decisions on up to `concurrent` connections to `database_url`, closed when the block ends."""
         async with autocommit_pool(
-            database_url,
-            size=concurrent,
-            name="paid-call-decisions",
-            session_limits=postgres_session_limits(lock_timeout_seconds, idle_in_transaction_timeout_seconds),
+            database_url, size=concurrent, name="paid-call-decisions", limits=limits
         ) as pool:
             yield cls(pool, concurrent=concurrent)
 

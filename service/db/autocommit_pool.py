@@ -3,7 +3,7 @@
 For work that is one statement at a time on the hot path (paid-call decisions): taking a
 connection from SQLAlchemy's pool and switching it to autocommit and back cost about as much of the
 service's CPU as the statement itself. These connections stay in autocommit, get the engine's
-session limits (the lock and idle-in-transaction timeouts), and are pinged only when they sat idle,
+session limits (the lock, idle-in-transaction and statement timeouts), and are pinged only when they sat idle,
 as the engine's are.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from service.db.engine import IDLE_PING_AFTER_SECONDS, libpq_url, postgres_session_limits
+from service.db.engine import IDLE_PING_AFTER_SECONDS, SessionLimits, libpq_url
 
 AutocommitPool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 
@@ -34,18 +34,17 @@ async def autocommit_pool(
     *,
     size: int,
     name: str,
-    session_limits: tuple[str, ...] | None = None,
+    limits: SessionLimits = SessionLimits(),  # noqa: B008 - frozen, so one shared default is safe
     idle_ping_after: float = IDLE_PING_AFTER_SECONDS,
     connection_wait_seconds: float = CONNECTION_WAIT_SECONDS,
 ) -> AsyncIterator[AutocommitPool]:
     """Up to `size` connections to `database_url`, opened when first needed and closed when the
-    block ends; `name` is theirs in `pg_stat_activity`. `session_limits`: the `SET`s each new
-    connection runs (`postgres_session_limits()`, the defaults, when None)."""
-    limits = postgres_session_limits() if session_limits is None else session_limits
+    block ends, each under `limits`; `name` is theirs in `pg_stat_activity`."""
+    statements = limits.postgres_statements()
     returned_at: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
 
     async def configure(connection: psycopg.AsyncConnection[Any]) -> None:
-        for statement in limits:
+        for statement in statements:
             await connection.execute(statement)
         returned_at[connection] = time.monotonic()
 

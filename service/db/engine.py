@@ -64,13 +64,15 @@ _sqlite_synchronous: weakref.WeakKeyDictionary[Any, SqliteSynchronous] = weakref
 
 # How long a statement waits for a lock held elsewhere (`DATABASE_LOCK_TIMEOUT_SECONDS`).
 DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
-# How long a PostgreSQL session may sit in a transaction doing nothing before the server ends it
-# (`DATABASE_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS`; 0: no limit).
-DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS = 60.0
 
 
 def _milliseconds(seconds: float) -> int:
     return max(1, round(seconds * 1000))
+
+
+def _milliseconds_or_none(seconds: float) -> int:
+    """PostgreSQL's value for a timeout of `seconds`, where 0 means none."""
+    return _milliseconds(seconds) if seconds else 0
 
 
 def postgres_lock_timeout(seconds: float) -> str:
@@ -78,14 +80,34 @@ def postgres_lock_timeout(seconds: float) -> str:
     return f"SET lock_timeout = {_milliseconds(seconds)}"
 
 
-def postgres_session_limits(
-    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
-    idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
-) -> tuple[str, ...]:
-    """The `SET`s that bound a PostgreSQL session's waits: statements, not startup options, which
-    PgBouncer refuses."""
-    idle = _milliseconds(idle_in_transaction_timeout_seconds) if idle_in_transaction_timeout_seconds else 0
-    return (postgres_lock_timeout(lock_timeout_seconds), f"SET idle_in_transaction_session_timeout = {idle}")
+@dataclass(frozen=True)
+class SessionLimits:
+    """How long a session's statements may wait and run (`DATABASE_*_TIMEOUT_SECONDS`). SQLite
+    takes only the lock timeout, as its busy timeout: its transactions are this process's own."""
+
+    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS
+    # A session left in a transaction doing nothing this long is ended by the server (0: never).
+    idle_in_transaction_timeout_seconds: float = 60.0
+    # A statement running this long is cancelled (0: never).
+    statement_timeout_seconds: float = 30.0
+
+    @classmethod
+    def of(cls, database: DatabaseSettings) -> SessionLimits:
+        return cls(
+            lock_timeout_seconds=database.lock_timeout_seconds,
+            idle_in_transaction_timeout_seconds=database.idle_in_transaction_timeout_seconds,
+            statement_timeout_seconds=database.statement_timeout_seconds,
+        )
+
+    def postgres_statements(self) -> tuple[str, ...]:
+        """The `SET`s that apply these to a PostgreSQL session: statements, not startup options,
+        which PgBouncer refuses."""
+        idle = _milliseconds_or_none(self.idle_in_transaction_timeout_seconds)
+        return (
+            postgres_lock_timeout(self.lock_timeout_seconds),
+            f"SET idle_in_transaction_session_timeout = {idle}",
+            f"SET statement_timeout = {_milliseconds_or_none(self.statement_timeout_seconds)}",
+        )
 
 
 def _sqlite_pragmas(synchronous: SqliteSynchronous, lock_timeout_seconds: float) -> Any:
@@ -175,11 +197,9 @@ def create_engine(
     echo: bool = False,
     idle_ping_after: float | None = None,
     sqlite_synchronous: SqliteSynchronous = DEFAULT_SQLITE_SYNCHRONOUS,
-    lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
-    idle_in_transaction_timeout_seconds: float = DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS,
+    limits: SessionLimits = SessionLimits(),
 ) -> AsyncEngine:
-    """The service's engine for `url`; `idle_in_transaction_timeout_seconds` applies to PostgreSQL
-    only (SQLite's transactions are this process's own)."""
+    """The service's engine for `url`, every connection under `limits`."""
     ensure_sqlite_directory(url)
     if make_url(url).get_backend_name() == "sqlite":
         # One connection: every transaction takes SQLite's write lock at BEGIN anyway, so a second
@@ -197,7 +217,9 @@ def create_engine(
             pool_reset_on_return=None,
         )
         event.listen(engine.sync_engine.pool, "reset", _sqlite_reset)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas(sqlite_synchronous, lock_timeout_seconds))
+        event.listen(
+            engine.sync_engine, "connect", _sqlite_pragmas(sqlite_synchronous, limits.lock_timeout_seconds)
+        )
         _sqlite_synchronous[engine.sync_engine] = sqlite_synchronous
         event.listen(engine.sync_engine, "begin", _sqlite_begin_immediate)
         return engine
@@ -210,18 +232,14 @@ def create_engine(
     _ping_connections_idle_for(
         engine, IDLE_PING_AFTER_SECONDS if idle_ping_after is None else idle_ping_after
     )
-    limits = postgres_session_limits(lock_timeout_seconds, idle_in_transaction_timeout_seconds)
-    event.listen(engine.sync_engine, "connect", _postgres_session_limits(limits))
+    event.listen(engine.sync_engine, "connect", _postgres_session_limits(limits.postgres_statements()))
     return engine
 
 
 def create_engine_for(database: DatabaseSettings) -> AsyncEngine:
     """The engine `DATABASE_*` settings describe: what the service, its CLI and its jobs all use."""
     return create_engine(
-        database.url,
-        sqlite_synchronous=database.sqlite_synchronous,
-        lock_timeout_seconds=database.lock_timeout_seconds,
-        idle_in_transaction_timeout_seconds=database.idle_in_transaction_timeout_seconds,
+        database.url, sqlite_synchronous=database.sqlite_synchronous, limits=SessionLimits.of(database)
     )
 
 

@@ -150,6 +150,10 @@ class DatabaseSettings(Section):
     """PostgreSQL only: a session left inside a transaction doing nothing for this long is ended by
     the server, its locks released (the service never keeps one open across a wait; this catches a
     stuck or forgotten one). `0`: no limit. Migrations are not bounded by it."""
+    statement_timeout_seconds: float = Field(default=30.0, ge=0, le=86_400)
+    """PostgreSQL only: a statement still running after this long is cancelled, so one gone wrong
+    (a bad plan on a grown table) cannot hold its connection indefinitely. The service's own
+    statements take milliseconds. `0`: no limit. Migrations are not bounded by it."""
     completion_bus: Literal["auto", "local"] = Field(default="auto", alias="completion_bus")
     """`auto`: LISTEN/NOTIFY on PostgreSQL; `local` skips it (e.g. behind PgBouncer in transaction mode)
     and the sweep still delivers."""

@@ -80,7 +80,6 @@ async def test_billing_status_says_when_the_database_cannot_answer(
     assert stuck.is_error
     [content] = stuck.content
     assert getattr(content, "text", "").endswith(
-        "billing_status is not available right now: the database is unavailable. "
-        "Try again in a few seconds."
+        "billing_status is not available right now: the database is unavailable. Try again in a few seconds."
     )
     assert not again.is_error, again

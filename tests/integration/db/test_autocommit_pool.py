@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from service.db.autocommit_pool import autocommit_pool
-from service.db.engine import postgres_session_limits
+from service.db.engine import SessionLimits
 from tests.support.databases import DatabaseTemplates
 
 
@@ -24,9 +24,7 @@ async def test_connections_come_in_autocommit_with_the_session_limits(
 ) -> None:
     url = pg_templates.fresh_url(tmp_path)
     async with (
-        autocommit_pool(
-            url, size=2, name="test-pool", session_limits=postgres_session_limits(0.25, 90)
-        ) as pool,
+        autocommit_pool(url, size=2, name="test-pool", limits=SessionLimits(0.25, 90, 45)) as pool,
         pool.connection() as connection,
     ):
         assert connection.autocommit
@@ -35,6 +33,8 @@ async def test_connections_come_in_autocommit_with_the_session_limits(
         assert await cursor.fetchone() == ("250ms",)
         cursor = await connection.execute("SHOW idle_in_transaction_session_timeout")
         assert await cursor.fetchone() == ("90s",)
+        cursor = await connection.execute("SHOW statement_timeout")
+        assert await cursor.fetchone() == ("45s",)
         cursor = await connection.execute("SHOW application_name")
         assert await cursor.fetchone() == ("test-pool",)
 

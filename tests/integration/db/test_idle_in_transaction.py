@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from service.db.engine import create_engine
+from service.db.engine import SessionLimits, create_engine
 from tests.support.databases import DatabaseTemplates
 from tests.support.polling import until
 
@@ -20,7 +20,7 @@ async def test_postgres_sessions_get_the_configured_limit(
 ) -> None:
     url = pg_templates.fresh_url(tmp_path)
     for seconds, shown in ((60.0, "1min"), (0.0, "0")):
-        engine = create_engine(url, idle_in_transaction_timeout_seconds=seconds)
+        engine = create_engine(url, limits=SessionLimits(idle_in_transaction_timeout_seconds=seconds))
         try:
             async with engine.connect() as connection:
                 raw = (await connection.get_raw_connection()).driver_connection
@@ -36,8 +36,8 @@ async def test_a_transaction_left_idle_is_ended_and_its_locks_released(
     pg_templates: DatabaseTemplates, tmp_path: Path
 ) -> None:
     url = pg_templates.fresh_url(tmp_path)
-    forgetful = create_engine(url, idle_in_transaction_timeout_seconds=0.3)
-    other = create_engine(url, lock_timeout_seconds=30)
+    forgetful = create_engine(url, limits=SessionLimits(idle_in_transaction_timeout_seconds=0.3))
+    other = create_engine(url, limits=SessionLimits(lock_timeout_seconds=30))
     try:
         async with other.begin() as connection:
             await connection.execute(text("CREATE TABLE counter (id int PRIMARY KEY, n int)"))

@@ -15,7 +15,7 @@ from service.billing.plans import CreditPack
 from service.billing.usage import PaidCall, credit_balance, grant_credits
 from service.billing.usage_models import UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
-from service.db.engine import create_engine, create_session_factory
+from service.db.engine import SessionLimits, create_engine, create_session_factory
 from service.identity.models import User
 from tests.support.databases import DatabaseTemplates
 
@@ -27,7 +27,9 @@ STUCK = 30.0
 async def test_sqlite_connections_wait_for_the_write_lock_as_long_as_configured(
     sqlite_templates: DatabaseTemplates, tmp_path: Path
 ) -> None:
-    engine = create_engine(sqlite_templates.fresh_url(tmp_path), lock_timeout_seconds=0.25)
+    engine = create_engine(
+        sqlite_templates.fresh_url(tmp_path), limits=SessionLimits(lock_timeout_seconds=0.25)
+    )
     try:
         async with engine.connect() as connection:
             assert (await connection.execute(text("PRAGMA busy_timeout"))).scalar() == 250
@@ -38,7 +40,7 @@ async def test_sqlite_connections_wait_for_the_write_lock_as_long_as_configured(
 async def test_postgres_sessions_wait_for_locks_as_long_as_configured(
     pg_templates: DatabaseTemplates, tmp_path: Path
 ) -> None:
-    engine = create_engine(pg_templates.fresh_url(tmp_path), lock_timeout_seconds=0.25)
+    engine = create_engine(pg_templates.fresh_url(tmp_path), limits=SessionLimits(lock_timeout_seconds=0.25))
     try:
         async with engine.connect() as connection:
             raw = (await connection.get_raw_connection()).driver_connection
@@ -54,7 +56,7 @@ async def test_a_paid_call_behind_a_stuck_lock_fails_and_spends_nothing(
     pg_templates: DatabaseTemplates, tmp_path: Path
 ) -> None:
     database_url = pg_templates.fresh_url(tmp_path)
-    engine = create_engine(database_url, lock_timeout_seconds=0.2)
+    engine = create_engine(database_url, limits=SessionLimits(lock_timeout_seconds=0.2))
     sessions = create_session_factory(engine)
     try:
         async with sessions() as session, session.begin():
@@ -68,7 +70,9 @@ async def test_a_paid_call_behind_a_stuck_lock_fails_and_spends_nothing(
                 text("SELECT balance FROM credit_balance WHERE user_id = 'usr_stuck' FOR UPDATE")
             )
             with pytest.raises(psycopg.errors.LockNotAvailable):
-                async with PostgresDecisions.open(database_url, lock_timeout_seconds=0.2) as decisions:
+                async with PostgresDecisions.open(
+                    database_url, limits=SessionLimits(lock_timeout_seconds=0.2)
+                ) as decisions:
                     await asyncio.wait_for(decisions.spend_credit(call), STUCK)
         async with sessions() as session:
             assert await credit_balance(session, "usr_stuck") == 2

@@ -15,6 +15,7 @@ from service.billing.plans import CreditPack
 from service.billing.usage import PaidCall, credit_balance, grant_credits, ledger_sum
 from service.billing.usage_models import UsageCounter, UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
+from service.db.engine import SessionLimits
 from service.observability.metrics import ServiceMetrics
 from tests.integration.usage.conftest import Ledger
 from tests.support.polling import until
@@ -207,7 +208,9 @@ async def test_the_decisions_queue_is_exported_while_it_builds_up(postgres: Ledg
     url = postgres.engine.url.render_as_string(hide_password=False)
     metrics = ServiceMetrics()
     calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(6)]
-    async with PostgresDecisions.open(url, concurrent=4, lock_timeout_seconds=STUCK) as decisions:
+    async with PostgresDecisions.open(
+        url, concurrent=4, limits=SessionLimits(lock_timeout_seconds=STUCK)
+    ) as decisions:
         metrics.watch_usage_decisions(lambda: decisions.waiting, lambda: decisions.deciding)
 
         def exported() -> tuple[float | None, float | None]:
