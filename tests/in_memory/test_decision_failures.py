@@ -3,6 +3,7 @@ says why, and the same call goes through once the database answers again."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -44,13 +45,17 @@ def held_elsewhere(database_url: str, user_id: str) -> Iterator[None]:
 
 
 async def test_a_call_behind_a_stuck_lock_fails_with_a_clear_error_and_runs_again_later(
-    impatient: InMemoryService, database_url: str
+    impatient: InMemoryService, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     ivy = await impatient.add_user("ivy")
     granted = await factories.credits(impatient, ivy)
     async with impatient.client(ivy, mode="legacy") as client:
-        with held_elsewhere(database_url, ivy.id):
+        with held_elsewhere(database_url, ivy.id), caplog.at_level(logging.WARNING, "service.paywall.gate"):
             stuck = await client.call_tool(CHART, CHART_ARGS)
+        [warning] = [record for record in caplog.records if record.name == "service.paywall.gate"]
+        # The operator learns which error it was; the caller does not.
+        logged = warning.getMessage()
+        assert "database unavailable (" in logged and "lock" in logged.lower(), logged
         assert stuck.is_error
         [content] = stuck.content
         assert getattr(content, "text", "") == (
