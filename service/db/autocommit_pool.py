@@ -3,8 +3,8 @@
 For work that is one statement at a time on the hot path (paid-call decisions): taking a
 connection from SQLAlchemy's pool and switching it to autocommit and back cost about as much of the
 service's CPU as the statement itself. These connections stay in autocommit, get the engine's
-session limits (the lock, idle-in-transaction and statement timeouts), and are pinged only when they sat idle,
-as the engine's are.
+session limits (the lock, idle-in-transaction and statement timeouts), and are pinged only when
+they sat idle, as the engine's are.
 """
 
 from __future__ import annotations

@@ -24,5 +24,5 @@ def unavailable_cause(exc: BaseException) -> str:
     """The driver's error behind `exc` for the server's log: its class and the first line of its
     message (which can name hosts, so it never goes to a client)."""
     cause = getattr(exc, "orig", None) or exc
-    message = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else ""
-    return f"{type(cause).__name__}: {message}" if message else type(cause).__name__
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0][:200]}" if lines else type(cause).__name__
