@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import time
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,10 +31,30 @@ from service.paywall.entitlements import Entitlements
 
 logger = logging.getLogger(__name__)
 
-# Two tool calls with the same session, request id, tool and arguments within this window are one
-# call retried: a stateless client that starts its request ids afresh on every connection would
-# otherwise be charged again for a retry. Beyond it, the same request is a new call.
-RETRY_WINDOW_SECONDS = 600
+# The `_meta` key under which a client names a call, so that a retry of it is not charged again.
+IDEMPOTENCY_KEY_META = "paid-mcp/idempotency-key"
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+
+
+class InvalidIdempotencyKey(ValueError):
+    """The client's idempotency key is not 1-255 printable ASCII characters."""
+
+
+def idempotency_key(meta: Mapping[str, Any] | None) -> str | None:
+    """The client's name for this call from the request's `_meta`; None when it gave none."""
+    value = None if meta is None else meta.get(IDEMPOTENCY_KEY_META)
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not 1 <= len(value) <= IDEMPOTENCY_KEY_MAX_LENGTH
+        or not (value.isascii() and value.isprintable())
+    ):
+        raise InvalidIdempotencyKey(
+            f"_meta {IDEMPOTENCY_KEY_META!r} must be 1 to {IDEMPOTENCY_KEY_MAX_LENGTH} printable "
+            "ASCII characters"
+        )
+    return value
 
 
 def call_key(
@@ -43,17 +63,25 @@ def call_key(
     request_id: str,
     tool: str,
     arguments: Mapping[str, Any],
-    now: float | None = None,
+    idempotency_key: str | None = None,
 ) -> str:
-    """The call's identity across retries and replicas: what the client sent, not where it landed."""
-    window = int((time.time() if now is None else now) // RETRY_WINDOW_SECONDS)
-    material = json.dumps(
-        [session_id or "", request_id, tool, arguments, window],
-        sort_keys=True,
-        default=str,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(material.encode()).hexdigest()
+    """The call's identity across retries and replicas: what the client sent, not where it landed.
+
+    - A key the client sent in `_meta` names the call, whatever the connection or request id.
+    - Otherwise, in a 2025-11-25 session, the session and request id do: the protocol forbids
+      reusing a request id within a session, so the pair is one call for the session's life.
+    - Otherwise (2026-07-28 has no session, and clients start their request ids afresh on each
+      connection) the request is a call of its own: a retry without a key is charged again,
+      where treating equal request ids as one call would let a client repeat calls for free.
+    """
+    if idempotency_key is not None:
+        material: list[Any] = ["key", idempotency_key, tool, arguments]
+    elif session_id:
+        material = ["session", session_id, request_id, tool, arguments]
+    else:
+        material = ["request", secrets.token_hex(16)]
+    encoded = json.dumps(material, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(encoded.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

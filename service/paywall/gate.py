@@ -40,7 +40,7 @@ from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
-from service.paywall.admission import Admission, call_key
+from service.paywall.admission import Admission, InvalidIdempotencyKey, call_key, idempotency_key
 from service.paywall.bus import PaymentWaiters, wait_for
 from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
 from service.paywall.entitlements import Entitlements
@@ -146,6 +146,10 @@ class Paywall:
             return error_result(f"{tool.name} is not offered in any plan right now.")
         if await self._admission.unlimited(caller.user_id, plan_ids):
             return None
+        try:
+            named = idempotency_key(ctx.request_context.meta)
+        except InvalidIdempotencyKey as exc:
+            return error_result(f"{tool.name} did not run: {exc}.")
         call = PaidCall(
             user_id=caller.user_id,
             tool=tool.name,
@@ -154,6 +158,7 @@ class Paywall:
                 request_id=str(ctx.request_id),
                 tool=tool.name,
                 arguments=arguments,
+                idempotency_key=named,
             ),
         )
         verdict = await self._admission.admit(call, plan_ids)
