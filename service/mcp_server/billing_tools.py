@@ -139,15 +139,17 @@ def register_billing_tools(
     async def manage_billing(ctx: Context) -> CallToolResult | InputRequiredResult:
         url = f"{public_base_url}/billing"
         message = "Manage your subscription on Stripe's billing portal (you will be asked to sign in)."
-        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS:
+        capabilities = ctx.client_capabilities
+        elicitation = capabilities.elicitation if capabilities else None
+        supports_url = bool(elicitation and elicitation.url is not None)
+        if ctx.protocol_version not in HANDSHAKE_PROTOCOL_VERSIONS and (capabilities is None or supports_url):
             if ctx.request_state is not None:
                 return _text(f"The billing portal is at {url}. Changes show up in billing_status.")
             params = ElicitRequestURLParams(mode="url", message=message, url=url, elicitation_id=_portal_id())
             return InputRequiredResult(
                 input_requests={"billing": ElicitRequest(params=params)}, request_state="billing-portal"
             )
-        capabilities = ctx.client_capabilities
-        if not (capabilities and capabilities.elicitation and capabilities.elicitation.url is not None):
+        if not supports_url:
             return _text(f"Open {url} in your browser to manage your subscription.")
         answer = await ctx.elicit_url(message, url, _portal_id())
         if answer.action == "accept":

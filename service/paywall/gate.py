@@ -194,6 +194,12 @@ class Paywall:
             )
         except RateLimited as exc:
             return error_result(_rate_limited_text(exc))
+        if ctx.client_capabilities is not None and not _supports_url(ctx):
+            # A client that declared what it handles, and not URL elicitation, is given the link.
+            return error_result(
+                f"{self._message(tool, plans[0])} Open {self.payment_url(elicitation_id)} in your "
+                f"browser to subscribe, then call {tool.name} again."
+            )
         return InputRequiredResult(
             input_requests={
                 INPUT_REQUEST_KEY: ElicitRequest(
@@ -214,10 +220,7 @@ class Paywall:
         self, ctx: Context, caller: Caller, tool: PaidTool, plans: list[Plan], admitted: Admitted
     ) -> CallToolResult | None:
         plan = plans[0]
-        capabilities = ctx.client_capabilities
-        supports_url = bool(
-            capabilities and capabilities.elicitation and capabilities.elicitation.url is not None
-        )
+        supports_url = _supports_url(ctx)
         session_id = (ctx.headers or {}).get("mcp-session-id") if supports_url else None
         try:
             elicitation_id = await self._open(
@@ -303,6 +306,12 @@ class Paywall:
 def _answered(answer: InputResponse | None) -> ElicitAction | None:
     """The action a 2026-07-28 retry reports for the payment link, if it answers it."""
     return answer.action if isinstance(answer, ElicitResult) else None
+
+
+def _supports_url(ctx: Context) -> bool:
+    """Whether the client declared URL-mode elicitation."""
+    capabilities = ctx.client_capabilities
+    return bool(capabilities and capabilities.elicitation and capabilities.elicitation.url is not None)
 
 
 def _refusal(tool: PaidTool, action: ElicitAction | None) -> CallToolResult | None:

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 
 import mcp_types as t
 import pytest
-from mcp import MCPError
+from mcp import Client, MCPError
 
 from service.paywall.models import Elicitation
-from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_clients import ClientProbe, bearer_transport, probed_client
 from tests.support.payment import pay
 from tests.support.service import RunningService, run_service
 
@@ -120,3 +120,18 @@ async def test_tampered_request_state_is_refused(service: RunningService) -> Non
                 "sql_explain", QUERY, allow_input_required=True, request_state=forged
             )
     assert raised.value.code == -32602
+
+
+async def test_a_client_without_url_elicitation_is_given_the_link_as_text(service: RunningService) -> None:
+    """A 2026-07-28 client that declared its capabilities without URL elicitation could not act on
+    an InputRequiredResult asking for one: it gets the link in a tool error, as in 2025-11-25."""
+    await service.add_user("max")
+    token = (await service.personal_token("max")).secret
+    async with Client(bearer_transport(service.mcp_url, token), mode="2026-07-28") as client:
+        paid = await client.call_tool("sql_explain", QUERY)
+        portal = await client.call_tool("manage_billing", {})
+    assert paid.is_error
+    text = paid.content[0].text  # type: ignore[union-attr]
+    assert f"{service.base_url}/pay/el_" in text and "call sql_explain again" in text
+    assert not portal.is_error
+    assert f"{service.base_url}/billing" in portal.content[0].text  # type: ignore[union-attr]
