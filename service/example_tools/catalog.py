@@ -8,6 +8,7 @@ import sqlite3
 from collections import Counter
 from typing import Annotated
 
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from service.paywall.toolset import ToolSet
@@ -46,7 +47,7 @@ def ascii_chart(
 ) -> str:
     names = labels or [str(index + 1) for index in range(len(values))]
     if len(names) != len(values):
-        raise ValueError("labels and values must have the same length")
+        raise ToolError("labels and values must have the same length")
     peak = max(abs(value) for value in values) or 1.0
     label_width = max(len(name) for name in names)
     rows = []
@@ -118,13 +119,13 @@ CREATE INDEX orders_customer ON orders(customer_id);
 )
 def sql_explain(query: Annotated[str, Field(max_length=4000)]) -> str:
     if not query.lstrip().lower().startswith(("select", "with")):
-        raise ValueError("only SELECT queries can be explained")
+        raise ToolError("only SELECT queries can be explained")
     connection = sqlite3.connect(":memory:")
     try:
         connection.executescript(SAMPLE_SCHEMA)
         rows = connection.execute(f"EXPLAIN QUERY PLAN {query}").fetchall()
     except sqlite3.Error as exc:
-        raise ValueError(f"SQLite cannot plan this query: {exc}") from exc
+        raise ToolError(f"SQLite cannot plan this query: {exc}") from exc
     finally:
         connection.close()
     lines = [f"{'  ' * (depth_of(rows, row[1]))}- {row[3]}" for row in rows]

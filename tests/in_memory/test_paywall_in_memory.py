@@ -93,6 +93,16 @@ async def test_with_a_plan_the_paid_tool_runs(memory: InMemoryService, mode: str
     assert await memory.rows(Elicitation, user_id=dee.id) == []
 
 
+async def test_a_paid_tool_refusing_its_input_says_why(memory: InMemoryService) -> None:
+    ada = await memory.add_user("ada")
+    await factories.subscription(memory, ada, plan_id="team")
+    async with memory.client(ada) as client:
+        explained = await client.call_tool("sql_explain", {"query": "delete from customers"})
+        charted = await client.call_tool(CHART, {"values": [1, 2], "labels": ["a"]})
+    assert explained.is_error and "only SELECT queries can be explained" in text_of(explained)
+    assert charted.is_error and "labels and values must have the same length" in text_of(charted)
+
+
 async def test_a_plan_that_does_not_unlock_the_tool_still_asks(memory: InMemoryService) -> None:
     eve = await memory.add_user("eve")
     await factories.subscription(memory, eve, plan_id="pro")
