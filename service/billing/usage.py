@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import Table, bindparam, func, update
+from sqlalchemy import Table, and_, bindparam, case, func, or_, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import col, select
@@ -201,13 +201,19 @@ async def take_back_purchase(session: AsyncSession, payment_intent_id: str) -> t
     """After a refund or dispute of a credit purchase: remove its credits not spent yet, once.
 
     Returns (user, credits taken back), or None when the payment bought no credits or was taken
-    back before. Credits already spent stay spent; the balance never goes below zero.
+    back before. Spends use up the oldest purchase first, so only what this purchase has left is
+    taken, never a later purchase's credits; the balance never goes below zero.
     """
     purchase = (await session.exec(purchase_paid_by(payment_intent_id))).first()
-    if purchase is None:
+    if purchase is None or purchase.id is None:
         return None
+    # The balance row's lock first: spends and take-backs of this user wait, and the ledger read
+    # below (a new statement, so a new snapshot on PostgreSQL) sees every one that committed.
     balance = await session.get(CreditBalance, purchase.user_id, with_for_update=True)
-    unspent = min(purchase.delta, balance.balance if balance is not None else 0)
+    unspent = min(
+        await _unspent_of(session, purchase.user_id, purchase.id, purchase.delta),
+        balance.balance if balance is not None else 0,
+    )
     entry = await _append(
         session,
         purchase.user_id,
@@ -225,6 +231,32 @@ async def take_back_purchase(session: AsyncSession, payment_intent_id: str) -> t
         session.add(balance)
         await session.flush()
     return purchase.user_id, unspent
+
+
+async def _unspent_of(session: AsyncSession, user_id: str, purchase_id: int, credits: int) -> int:
+    """What is left of the purchase `purchase_id` (`credits`) when spends use up the oldest purchase
+    first: the spends that the earlier purchases, less what their reversals took back, did not
+    cover come out of this one (and those beyond it out of later ones)."""
+    entry = CreditEntry
+    earlier_payments = select(entry.payment_intent_id).where(
+        col(entry.user_id) == user_id,
+        col(entry.reason) == "purchase",
+        col(entry.id) < purchase_id,
+        col(entry.payment_intent_id).is_not(None),
+    )
+    earlier = or_(
+        and_(col(entry.reason) == "purchase", col(entry.id) < purchase_id),
+        and_(col(entry.reason) == "reversal", col(entry.payment_intent_id).in_(earlier_payments)),
+    )
+    totals = await session.exec(
+        select(
+            func.coalesce(func.sum(case((col(entry.reason) == "spend", -col(entry.delta)), else_=0)), 0),
+            func.coalesce(func.sum(case((earlier, col(entry.delta)), else_=0)), 0),
+        ).where(col(entry.user_id) == user_id)
+    )
+    spent, covered_before = totals.one()
+    not_covered = max(0, int(spent) - int(covered_before))
+    return max(0, credits - not_covered)
 
 
 async def _append(

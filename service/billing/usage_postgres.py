@@ -2,10 +2,11 @@
 
 Through an ORM session a credit spend is five round trips (BEGIN, the usage row, the balance, the
 ledger entry, COMMIT) and SQLAlchemy's statement machinery around each. Here a credit spend and a
-pay-as-you-go call are one statement each, sent in autocommit through the driver (psycopg), so the
-database applies all of it or none; a plan's included call is one statement and its COMMIT (a
-second statement when the call is metered past them, a ROLLBACK when it is refused) (ADR 10). The
-connections are a few of their own (`service.db.autocommit_pool`), not the engine's.
+pay-as-you-go call are one statement each (a refused spend a second, `_RECORDED`), sent in
+autocommit through the driver (psycopg), so the database applies all of it or none; a plan's
+included call is one statement and its COMMIT (a second statement when the call is metered past
+them, a ROLLBACK when it is refused) (ADR 10). The connections are a few of their own
+(`service.db.autocommit_pool`), not the engine's.
 
 The rows are those of `service.billing.usage`: the call's usage row (unique per user and call key)
 and the balance and ledger entry it moves commit together or not at all, and a retried call finds
@@ -63,6 +64,12 @@ SELECT EXISTS (SELECT 1 FROM spend),
        EXISTS (SELECT 1 FROM usage_record WHERE user_id = %(user_id)s AND call_key = %(call_key)s)
 """
 _RETRY_IN_FLIGHT = "source"  # the column whose NOT NULL violation means a duplicate paid first
+# The statement's own look at the usage row sees the snapshot it started with: a duplicate that
+# waited on the balance row behind the first delivery, and then found the balance emptied by it,
+# does not see the row the first one committed. A refusal looks again in a statement of its own.
+_RECORDED = """
+SELECT EXISTS (SELECT 1 FROM usage_record WHERE user_id = %(user_id)s AND call_key = %(call_key)s)
+"""
 
 # A metered call writes its usage row and nothing else: a retry's insert does nothing.
 _METER = """
@@ -191,7 +198,13 @@ class PostgresDecisions:
         row = await cursor.fetchone()
         assert row is not None, "the statement answers one row"
         spent, recorded_before = bool(row[0]), bool(row[1])
-        return spent or recorded_before
+        if spent or recorded_before:
+            return True
+        # Refused: a duplicate of this call may have paid while the statement waited (`_RECORDED`).
+        cursor = await driver.execute(_RECORDED, {"user_id": call.user_id, "call_key": call.call_key})
+        row = await cursor.fetchone()
+        assert row is not None, "the statement answers one row"
+        return bool(row[0])
 
     async def plan_call(
         self, call: PaidCall, subscription: Subscription, plan: Plan, metered: MeteredPrice | None

@@ -104,3 +104,41 @@ async def test_a_refund_never_takes_credits_of_another_purchase(ledger: Ledger) 
     async with ledger.sessions() as session, session.begin():
         assert await take_back_purchase(session, "pi_1") == (ledger.user_id, 50)
     assert await balance(ledger, ledger.user_id) == (50, 50)
+
+
+async def take_back(ledger: Ledger, payment_intent: str) -> int | None:
+    async with ledger.sessions() as session, session.begin():
+        taken = await take_back_purchase(session, payment_intent)
+    return taken[1] if taken is not None else None
+
+
+async def test_a_refund_of_a_used_up_purchase_leaves_a_later_purchase_alone(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    for n in range(50):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    await grant(ledger, ledger.user_id, "checkout:cs_2", payment_intent="pi_2")
+    assert await take_back(ledger, "pi_1") == 0, "pi_1's credits were all spent before pi_2 was bought"
+    assert await balance(ledger, ledger.user_id) == (50, 50)
+    assert await take_back(ledger, "pi_2") == 50
+
+
+async def test_spends_use_up_the_oldest_purchase_first(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    await grant(ledger, ledger.user_id, "checkout:cs_2", payment_intent="pi_2")
+    for n in range(60):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    assert await take_back(ledger, "pi_2") == 40, "the first 50 spends were pi_1's"
+    assert await take_back(ledger, "pi_1") == 0
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+
+
+async def test_what_a_reversal_took_back_covers_no_later_spend(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    for n in range(10):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    assert await take_back(ledger, "pi_1") == 40
+    await grant(ledger, ledger.user_id, "checkout:cs_2", payment_intent="pi_2")
+    for n in range(10, 40):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    assert await take_back(ledger, "pi_2") == 20, "the 30 spends after pi_1's refund were pi_2's"
+    assert await balance(ledger, ledger.user_id) == (0, 0)

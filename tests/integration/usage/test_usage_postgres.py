@@ -23,6 +23,7 @@ from tests.support.polling import until
 # Long enough that a decision still waiting for a lock then was never going to give up by itself.
 STUCK = 30.0
 PACK = CreditPack(id="calls_2", name="2 calls", lookup_key="k2", credits=2, amount=100, currency="usd")
+ONE = CreditPack(id="calls_1", name="1 call", lookup_key="k1", credits=1, amount=50, currency="usd")
 
 
 @pytest.fixture
@@ -85,6 +86,22 @@ async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: 
         await _waiting_for_locks(postgres, 2)
     assert list(await both) == [True, True]
     assert await _balance(postgres) == (1, 1, 1), "one credit spent, one usage row"
+
+
+async def test_two_deliveries_of_one_call_paying_with_the_last_credit_both_pass(postgres: Ledger) -> None:
+    async with postgres.sessions() as session, session.begin():
+        await grant_credits(session, postgres.user_id, ONE, source="checkout:cs_1", payment_intent_id=None)
+    decisions = decisions_of(postgres)
+    call = PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key="the-call")
+    async with _balance_locked(postgres):
+        # The second finds the balance emptied by the first, whose usage row its snapshot predates.
+        both = asyncio.gather(decisions.spend_credit(call), decisions.spend_credit(call))
+        await _waiting_for_locks(postgres, 2)
+    assert list(await both) == [True, True], "a duplicate of a paid call is let through"
+    assert await _balance(postgres) == (0, 0, 1), "one credit spent, one usage row"
+    other = PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key="another-call")
+    assert not await decisions.spend_credit(other), "another call with no credit left is refused"
+    assert await _balance(postgres) == (0, 0, 1)
 
 
 async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothing(postgres: Ledger) -> None:
