@@ -17,10 +17,10 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import Table, and_, bindparam, case, func, or_, update
+from sqlalchemy import Table, and_, bindparam, case, delete, func, or_, update
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import col, select
@@ -38,7 +38,8 @@ Funding = Literal["included", "metered", "credit"]
 FUNDED_BY_PLAN: Final[Funding] = "included"
 FUNDED_BY_METER: Final[Funding] = "metered"
 FUNDED_BY_CREDIT: Final[Funding] = "credit"
-# Why the credit ledger moved: a pack bought (+), a call paid (-), a purchase taken back (-).
+# Why the credit ledger moved: a pack bought (+), a call paid (-) or given back when it did not
+# complete (+), a purchase taken back (-).
 CreditReason = Literal["purchase", "spend", "reversal"]
 
 
@@ -58,7 +59,9 @@ class Decision:
     usage_id: str | None = None
 
 
-ALREADY_DECIDED = Decision(allowed=True)
+# A call recorded before (a retry): it passes, and nothing was recorded for this attempt.
+RETRIED = Decision(allowed=True)
+REFUSED = Decision(allowed=False)
 
 
 class Refused(Exception):
@@ -142,7 +145,7 @@ async def spend_credit(session: AsyncSession, call: PaidCall) -> Decision:
     """
     usage_id = await _claim(session, call, FUNDED_BY_CREDIT)
     if usage_id is None:
-        return ALREADY_DECIDED
+        return RETRIED
     spent = await session.exec(
         update(_BALANCE)
         .where(_BALANCE.c.user_id == call.user_id, _BALANCE.c.balance >= 1)
@@ -363,11 +366,11 @@ async def record_plan_call(
             raise Refused
         usage_id = await _claim(session, call, FUNDED_BY_METER, **values, **billing)
         if usage_id is None:
-            return ALREADY_DECIDED
+            return RETRIED
         return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
     usage_id = await _claim(session, call, FUNDED_BY_PLAN, **values)
     if usage_id is None:
-        return ALREADY_DECIDED
+        return RETRIED
     if await _count(session, subscription, period, plan.included_calls):
         return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=usage_id)
     if not billing:
@@ -401,6 +404,55 @@ async def _count(session: AsyncSession, subscription: Subscription, period: str,
         return True
     # Another transaction made the row meanwhile and has committed (we waited for it): try again.
     return bool((await session.exec(raise_used)).rowcount == 1)
+
+
+async def usage_recorded_at(session: AsyncSession, call: PaidCall) -> datetime | None:
+    """When `call` was recorded, or None if it is not."""
+    row = await session.exec(
+        select(UsageRecord.created_at).where(
+            col(UsageRecord.user_id) == call.user_id, col(UsageRecord.call_key) == call.call_key
+        )
+    )
+    return row.first()
+
+
+async def release_call(session: AsyncSession, user_id: str, usage_id: str) -> Funding | None:
+    """Take back what paid for a call that failed or was cancelled before it answered: its usage row
+    goes, with the credit (a ledger entry gives it back) or the included call it used. A metered
+    call already reported to Stripe stays billed. How it had been paid, or None when nothing was
+    taken back."""
+    released = (
+        await session.exec(
+            delete(_USAGE)
+            .where(
+                _USAGE.c.id == usage_id,
+                _USAGE.c.user_id == user_id,
+                or_(_USAGE.c.funding != FUNDED_BY_METER, _USAGE.c.reported_at.is_(None)),
+            )
+            .returning(_USAGE.c.funding, _USAGE.c.subscription_id, _USAGE.c.period)
+        )
+    ).first()
+    if released is None:
+        return None
+    funding, subscription_id, period = released
+    if funding == FUNDED_BY_CREDIT:
+        await session.exec(
+            update(_BALANCE)
+            .where(_BALANCE.c.user_id == user_id)
+            .values(balance=_BALANCE.c.balance + 1, updated_at=utcnow())
+        )
+        await _append(session, user_id, 1, "spend", f"returned:{usage_id}")
+    elif funding == FUNDED_BY_PLAN:
+        await session.exec(
+            update(_COUNTER)
+            .where(
+                _COUNTER.c.subscription_id == subscription_id,
+                _COUNTER.c.period == period,
+                _COUNTER.c.used > 0,
+            )
+            .values(used=_COUNTER.c.used - 1)
+        )
+    return funding  # type: ignore[no-any-return]
 
 
 async def included_used(session: AsyncSession, subscription: Subscription) -> int:

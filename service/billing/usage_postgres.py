@@ -29,6 +29,9 @@ from service.billing.usage import (
     FUNDED_BY_CREDIT,
     FUNDED_BY_METER,
     FUNDED_BY_PLAN,
+    REFUSED,
+    RETRIED,
+    Decision,
     PaidCall,
     Refused,
     new_usage_id,
@@ -80,6 +83,7 @@ VALUES (%(id)s, %(user_id)s, %(call_key)s, %(tool)s, %(funding)s, %(plan_id)s, %
         %(period)s, %(customer_id)s, %(event_name)s, %(unit_amount)s, %(currency)s, %(now)s, 0,
         %(next_report_at)s)
 ON CONFLICT (user_id, call_key) DO NOTHING
+RETURNING id
 """
 _METER_COLUMNS = (
     "plan_id", "subscription_id", "period", "customer_id", "event_name", "unit_amount", "currency",
@@ -180,9 +184,9 @@ class PostgresDecisions:
         async with self.place(), self._pool.connection() as connection:
             yield connection
 
-    async def spend_credit(self, call: PaidCall) -> bool:
-        """Pay for `call` with one of the user's credits: True when paid now or before, False when
-        the user has no credit (nothing written)."""
+    async def spend_credit(self, call: PaidCall) -> Decision:
+        """Pay for `call` with one of the user's credits: paid now, `RETRIED` when paid before,
+        `REFUSED` when the user has no credit (nothing written)."""
         async with self._autocommit() as driver:
             try:
                 return await self._spend(driver, call)
@@ -193,22 +197,25 @@ class PostgresDecisions:
             return await self._spend(driver, call)
 
     @staticmethod
-    async def _spend(driver: psycopg.AsyncConnection[Any], call: PaidCall) -> bool:
-        cursor = await driver.execute(_SPEND, _call_parameters(call, FUNDED_BY_CREDIT))
+    async def _spend(driver: psycopg.AsyncConnection[Any], call: PaidCall) -> Decision:
+        parameters = _call_parameters(call, FUNDED_BY_CREDIT)
+        cursor = await driver.execute(_SPEND, parameters)
         row = await cursor.fetchone()
         assert row is not None, "the statement answers one row"
         spent, recorded_before = bool(row[0]), bool(row[1])
-        if spent or recorded_before:
-            return True
+        if spent:
+            return Decision(allowed=True, funding=FUNDED_BY_CREDIT, usage_id=parameters["id"])
+        if recorded_before:
+            return RETRIED
         # Refused: a duplicate of this call may have paid while the statement waited (`_RECORDED`).
         cursor = await driver.execute(_RECORDED, {"user_id": call.user_id, "call_key": call.call_key})
         row = await cursor.fetchone()
         assert row is not None, "the statement answers one row"
-        return bool(row[0])
+        return RETRIED if row[0] else REFUSED
 
     async def plan_call(
         self, call: PaidCall, subscription: Subscription, plan: Plan, metered: MeteredPrice | None
-    ) -> None:
+    ) -> Decision:
         """Count (or meter) `call` under `subscription` to `plan`, a plan that counts calls, as
         `usage.record_plan_call` does; `Refused`, with nothing written, past a blocking quota."""
         assert plan.included_calls is not None, "only plans that count calls come here"
@@ -216,16 +223,18 @@ class PostgresDecisions:
         if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
             if not billing:
                 raise Refused
-            await self.meter(call, {**values, **billing})
-        elif not await self.count(call, values, plan.included_calls, billing):
+            return await self.meter(call, {**values, **billing})
+        decided = await self.count(call, values, plan.included_calls, billing)
+        if not decided.allowed:
             raise Refused
+        return decided
 
     async def count(
         self, call: PaidCall, plan_columns: Mapping[str, Any], included: int, billing: Mapping[str, Any]
-    ) -> bool:
+    ) -> Decision:
         """Count `call` against a plan's `included` calls this period (`plan_columns`: the plan,
         subscription and period); past them, meter it when `billing` has the meter's columns.
-        False, with nothing written, when the included calls are used up and nothing meters."""
+        `REFUSED`, with nothing written, when the included calls are used up and nothing meters."""
         parameters = _call_parameters(call, FUNDED_BY_PLAN)
         parameters.update(plan_columns, included=included)
         async with self._autocommit() as driver:
@@ -234,19 +243,24 @@ class PostgresDecisions:
                 row = await cursor.fetchone()
                 assert row is not None, "the statement answers one row"
                 claimed, counted = bool(row[0]), bool(row[1])
-                if not claimed or counted:
-                    return True  # a retry of a call decided before, or an included call
+                if not claimed:
+                    return RETRIED  # a call decided before
+                if counted:
+                    return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=parameters["id"])
                 if billing:
                     metering = {"id": parameters["id"], "funding": FUNDED_BY_METER}
                     metering.update((name, billing.get(name)) for name in _BILLING_COLUMNS)
                     await driver.execute(_TO_METER, metering)
-                    return True
+                    return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=parameters["id"])
                 raise psycopg.Rollback  # the usage row goes; the block ends without an error
-            return False
+            return REFUSED
 
-    async def meter(self, call: PaidCall, columns: Mapping[str, Any]) -> None:
+    async def meter(self, call: PaidCall, columns: Mapping[str, Any]) -> Decision:
         """Record `call` as metered with the plan's and the meter's `columns` (a retry: nothing)."""
         parameters = _call_parameters(call, FUNDED_BY_METER)
         parameters.update((name, columns.get(name)) for name in _METER_COLUMNS)
         async with self._autocommit() as driver:
-            await driver.execute(_METER, parameters)
+            cursor = await driver.execute(_METER, parameters)
+            if await cursor.fetchone() is None:
+                return RETRIED
+        return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=parameters["id"])

@@ -29,6 +29,9 @@ from service.billing.usage import (
     FUNDED_BY_CREDIT,
     FUNDED_BY_METER,
     FUNDED_BY_PLAN,
+    REFUSED,
+    RETRIED,
+    Decision,
     PaidCall,
     Refused,
     new_usage_id,
@@ -113,7 +116,7 @@ class SqliteDecisions:
             self._db_connection.close()
             self._db_connection = None
 
-    def decide(self, attempts: Sequence[SqliteAttempt]) -> list[bool | Exception]:
+    def decide(self, attempts: Sequence[SqliteAttempt]) -> list[Decision | Exception]:
         """One transaction for the batch, each decision in a savepoint, users in one order; when
         the batch fails as a whole, each decision alone, so only the failing one fails."""
         db = self._db()
@@ -126,7 +129,7 @@ class SqliteDecisions:
         except Exception:
             # Which one failed is unknown (a constraint, a full disk): each alone, so only it fails.
             logger.info("%d paid-call decisions failed together; deciding each alone", len(attempts))
-        results: list[bool | Exception] = []
+        results: list[Decision | Exception] = []
         for attempt in attempts:
             try:
                 results.append(self._alone(db, attempt))
@@ -141,18 +144,19 @@ class SqliteDecisions:
             self._db_connection = self._connect()
         return self._db_connection
 
-    def _alone(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> bool:
+    def _alone(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> Decision:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
         if attempt.counted_plan_ids:
             try:
-                if self._transaction(db, lambda: self._plan_call(db, attempt)):
-                    return True
+                decided = self._transaction(db, lambda: self._plan_call(db, attempt))
+                if decided is not None:
+                    return decided
             except Refused:
                 pass
         try:
             return self._transaction(db, lambda: self._spend_credit(db, attempt))
         except Refused:
-            return False
+            return REFUSED
 
     @staticmethod
     def _transaction(db: sqlite3.Connection, decide: Callable[[], Decided]) -> Decided:
@@ -173,32 +177,33 @@ class SqliteDecisions:
             raise
         return decided
 
-    def _decide_all(self, db: sqlite3.Connection, attempts: Sequence[SqliteAttempt]) -> list[bool]:
+    def _decide_all(self, db: sqlite3.Connection, attempts: Sequence[SqliteAttempt]) -> list[Decision]:
         order = sorted(range(len(attempts)), key=lambda index: (attempts[index].call.user_id, index))
-        results = [False] * len(attempts)
+        results = [REFUSED] * len(attempts)
         for index in order:
             attempt = attempts[index]
             if attempt.counted_plan_ids:
-                results[index] = self._savepoint(db, self._plan_call, attempt)
-                if results[index]:
+                decided = self._savepoint(db, self._plan_call, attempt)
+                if decided is not None and decided.allowed:
+                    results[index] = decided
                     continue
-            results[index] = self._savepoint(db, self._spend_credit, attempt)
+            results[index] = self._savepoint(db, self._spend_credit, attempt) or REFUSED
         return results
 
     @staticmethod
     def _savepoint(
         db: sqlite3.Connection,
-        decide: Callable[[sqlite3.Connection, SqliteAttempt], bool],
+        decide: Callable[[sqlite3.Connection, SqliteAttempt], Decision | None],
         attempt: SqliteAttempt,
-    ) -> bool:
-        """`decide` in a savepoint, rolled back when it raises `Refused` (False)."""
+    ) -> Decision | None:
+        """`decide` in a savepoint, rolled back when it raises `Refused` (`REFUSED`)."""
         db.execute("SAVEPOINT decision")
         try:
             allowed = decide(db, attempt)
         except Refused:
             db.execute("ROLLBACK TO decision")
             db.execute("RELEASE decision")
-            return False
+            return REFUSED
         except BaseException:
             db.execute("ROLLBACK TO decision")
             db.execute("RELEASE decision")
@@ -232,18 +237,18 @@ class SqliteDecisions:
         ).fetchone()
         return str(row[0]) if row is not None else None
 
-    def _spend_credit(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> bool:
+    def _spend_credit(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> Decision:
         """The statements of `usage.spend_credit`: the usage row, the conditional decrement, the
         ledger entry."""
         call = attempt.call
         usage_id = self._claim(db, call, FUNDED_BY_CREDIT)
         if usage_id is None:
-            return True  # a retry of a call paid before
+            return RETRIED  # a call paid before
         now = _stored(utcnow())
         if db.execute(_SPEND, (now, call.user_id)).rowcount != 1:
             raise Refused
         db.execute(_SPEND_ENTRY, (call.user_id, f"usage:{usage_id}", now))
-        return True
+        return Decision(allowed=True, funding=FUNDED_BY_CREDIT, usage_id=usage_id)
 
     def _entitling_subscription(
         self, db: sqlite3.Connection, call: PaidCall, plan_ids: Sequence[str]
@@ -269,32 +274,34 @@ class SqliteDecisions:
                 return subscription
         return None
 
-    def _plan_call(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> bool:
+    def _plan_call(self, db: sqlite3.Connection, attempt: SqliteAttempt) -> Decision | None:
         """Count (or meter) the call under the user's subscription to one of its counting plans;
-        False when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
+        None when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
         call = attempt.call
         subscription = attempt.subscription or self._entitling_subscription(
             db, call, attempt.counted_plan_ids
         )
         plan = self._plan_of(subscription.plan_id) if subscription is not None else None
         if subscription is None or plan is None:
-            return False
+            return None
         assert plan.included_calls is not None, "only plans that count calls come here"
         period = period_of(subscription)
         values, billing = plan_call_columns(subscription, period, plan, self._metered_price_of(call.tool))
         if plan.included_calls == 0:  # pay as you go: every call metered, nothing to count
             if not billing:
                 raise Refused
-            self._claim(db, call, FUNDED_BY_METER, **values, **billing)
-            return True
+            usage_id = self._claim(db, call, FUNDED_BY_METER, **values, **billing)
+            if usage_id is None:
+                return RETRIED
+            return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)
         usage_id = self._claim(db, call, FUNDED_BY_PLAN, **values)
         if usage_id is None:
-            return True  # a retry of a call counted before
+            return RETRIED  # a call counted before
         counter = (subscription.id, period)
         if db.execute(_RAISE_USED, (*counter, plan.included_calls)).rowcount == 1:
-            return True
+            return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=usage_id)
         if db.execute(_FIRST_USED, (*counter, subscription.user_id)).fetchone() is not None:
-            return True
+            return Decision(allowed=True, funding=FUNDED_BY_PLAN, usage_id=usage_id)
         if not billing:
             raise Refused
         db.execute(
@@ -309,4 +316,4 @@ class SqliteDecisions:
                 usage_id,
             ),
         )
-        return True
+        return Decision(allowed=True, funding=FUNDED_BY_METER, usage_id=usage_id)

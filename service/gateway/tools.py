@@ -95,17 +95,17 @@ def _forwarder(
     upstream: UpstreamClient, name: str, paid: PaidTool | None, gate: PaywallGate, callers: CallerSource
 ) -> Forward:
     async def forward(arguments: dict[str, Any], ctx: Context) -> t.CallToolResult | t.InputRequiredResult:
-        if paid is not None:
-            refusal = await gate.guard(ctx, paid, arguments)
-            if refusal is not None:
-                return refusal
-        caller = callers()
-
         async def relay(progress: float, total: float | None, message: str | None) -> None:
             # A no-op when our caller sent no progress token; otherwise on our caller's token.
             await ctx.report_progress(progress, total, message)
 
-        return await upstream.call_tool(caller.user_id, name, arguments, relay)
+        async def call() -> t.CallToolResult:
+            return await upstream.call_tool(callers().user_id, name, arguments, relay)
+
+        if paid is None:
+            return await call()
+        answer: t.CallToolResult | t.InputRequiredResult = await gate.run(ctx, paid, arguments, call)
+        return answer
 
     return forward
 

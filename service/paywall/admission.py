@@ -14,6 +14,7 @@ import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,7 +22,17 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.models import Subscription
 from service.billing.plans import PlanCatalog
-from service.billing.usage import PaidCall, Refused, entitling_subscription, record_plan_call, spend_credit
+from service.billing.usage import (
+    REFUSED,
+    Decision,
+    PaidCall,
+    Refused,
+    entitling_subscription,
+    record_plan_call,
+    release_call,
+    spend_credit,
+    usage_recorded_at,
+)
 from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
 from service.db.engine import SessionFactory, checked_out_connections, open_sqlite_connection, sqlite_file
@@ -30,6 +41,10 @@ from service.db.wal import WalCheckpoints
 from service.paywall.entitlements import Entitlements
 
 logger = logging.getLogger(__name__)
+
+# A retry of a recorded call runs again without paying within this long of the call; later, the
+# same key is refused, so that one payment does not buy endless repeats.
+RETRY_WINDOW_SECONDS = 600
 
 # The `_meta` key under which a client names a call, so that a retry of it is not charged again.
 IDEMPOTENCY_KEY_META = "paid-mcp/idempotency-key"
@@ -89,6 +104,10 @@ class Verdict:
     allowed: bool
     # Plans the user has for this tool whose included calls are used up this period.
     exhausted_plan_ids: frozenset[str] = frozenset()
+    # The usage row this decision recorded (what `release` takes back); None when it recorded
+    # nothing: an unlimited plan, a refusal, or a retry of a call recorded before.
+    usage_id: str | None = None
+    retried: bool = False  # a call recorded before: it passes without paying again
 
 
 ALLOWED = Verdict(allowed=True)
@@ -123,7 +142,7 @@ class Admission:
         self._sessions = sessions
         self._catalog = catalog
         self._entitlements = entitlements
-        self._commits: GroupCommit[_Attempt, bool] = GroupCommit(self._decide_batch)
+        self._commits: GroupCommit[_Attempt, Decision] = GroupCommit(self._decide_batch)
         self._engine = sessions().bind
         self._sqlite: SqliteDecisions | None = None
         self._postgres = postgres
@@ -171,15 +190,27 @@ class Admission:
         )
         attempt = _Attempt(call, tuple(counted), subscription)
         if self._postgres is not None:
-            allowed = await self._decide_on_postgres(self._postgres, attempt)
+            decided = await self._decide_on_postgres(self._postgres, attempt)
         else:
-            allowed = await self._commits.submit(attempt)
-        if allowed:
-            return ALLOWED
+            decided = await self._commits.submit(attempt)
+        if decided.allowed:
+            return Verdict(allowed=True, usage_id=decided.usage_id, retried=decided.usage_id is None)
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
 
-    async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[bool | Exception]:
+    async def recorded_at(self, call: PaidCall) -> datetime | None:
+        """When `call` was first recorded (what a retry is measured against); None if it is not."""
+        async with self._sessions() as session:
+            return await usage_recorded_at(session, call)
+
+    async def release(self, user_id: str, usage_id: str) -> None:
+        """Take back what paid for a call that did not complete (`usage.release_call`)."""
+        async with self._sessions() as session, session.begin():
+            funding = await release_call(session, user_id, usage_id)
+        if funding == "credit":
+            self._entitlements.saw_credits(user_id)
+
+    async def _decide_batch(self, attempts: Sequence[_Attempt]) -> list[Decision | Exception]:
         """A group commit's batch, on SQLite: in place on a file, else (in memory, or the write lock
         held by another process) through the async engine."""
         if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
@@ -194,7 +225,7 @@ class Admission:
             # Which one failed is unknown (a constraint, a lock another process held too long):
             # each alone, so only that one fails.
             logger.info("%d paid-call decisions failed together; deciding each alone", len(attempts))
-        results: list[bool | Exception] = []
+        results: list[Decision | Exception] = []
         for attempt in attempts:
             try:
                 results.append(await self._decide_alone(attempt))
@@ -202,33 +233,33 @@ class Admission:
                 results.append(exc)
         return results
 
-    async def _decide_together(self, attempts: Sequence[_Attempt]) -> list[bool]:
+    async def _decide_together(self, attempts: Sequence[_Attempt]) -> list[Decision]:
         """One transaction, each decision in a savepoint, users in one order (as `SqliteDecisions`
         takes them)."""
         order = sorted(range(len(attempts)), key=lambda index: (attempts[index].call.user_id, index))
-        results = [False] * len(attempts)
+        results = [REFUSED] * len(attempts)
         async with self._sessions() as session, session.begin():
             for index in order:
                 attempt = attempts[index]
                 if attempt.counted_plan_ids:
                     try:
                         async with session.begin_nested():
-                            results[index] = await self._plan_call(session, attempt)
+                            decided = await self._plan_call(session, attempt)
+                        if decided is not None:
+                            results[index] = decided
+                            continue
                     except Refused:
                         pass
-                    if results[index]:
-                        continue
                 try:
                     async with session.begin_nested():
-                        await spend_credit(session, attempt.call)
-                    results[index] = True
+                        results[index] = await spend_credit(session, attempt.call)
                 except Refused:
                     pass
         return results
 
     async def _decide_in_place(
         self, sqlite: SqliteDecisions, engine: AsyncEngine, attempts: Sequence[_Attempt]
-    ) -> list[bool | Exception] | None:
+    ) -> list[Decision | Exception] | None:
         """The batch decided by `SqliteDecisions` while no transaction of this process is open: the
         pool's one connection is idle (nothing can take it while the decision runs without
         yielding) or held here; None when another process holds the write lock."""
@@ -249,40 +280,41 @@ class Admission:
 
     def _decide_sqlite(
         self, sqlite: SqliteDecisions, batch: Sequence[SqliteAttempt]
-    ) -> list[bool | Exception]:
+    ) -> list[Decision | Exception]:
         decided = sqlite.decide(batch)
         if self._wal is not None:
             self._wal.wrote()
         return decided
 
-    async def _decide_alone(self, attempt: _Attempt) -> bool:
+    async def _decide_alone(self, attempt: _Attempt) -> Decision:
         """A transaction per step, rolled back by `Refused`: no savepoints on the lone call's path."""
         if attempt.counted_plan_ids:
             try:
                 async with self._sessions() as session, session.begin():
-                    if await self._plan_call(session, attempt):
-                        return True
+                    decided = await self._plan_call(session, attempt)
+                if decided is not None:
+                    return decided
             except Refused:
                 pass
         try:
             async with self._sessions() as session, session.begin():
-                await spend_credit(session, attempt.call)
-            return True
+                return await spend_credit(session, attempt.call)
         except Refused:
-            return False
+            return REFUSED
 
-    async def _decide_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> bool:
+    async def _decide_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> Decision:
         """No group commit: a decision is one statement (or one short transaction, for a plan that
         counts included calls), and the database serialises what concurrent ones touch."""
         if attempt.counted_plan_ids:
             try:
-                if await self._plan_call_on_postgres(postgres, attempt):
-                    return True
+                decided = await self._plan_call_on_postgres(postgres, attempt)
+                if decided is not None:
+                    return decided
             except Refused:
                 pass
         return await postgres.spend_credit(attempt.call)
 
-    async def _plan_call_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> bool:
+    async def _plan_call_on_postgres(self, postgres: PostgresDecisions, attempt: _Attempt) -> Decision | None:
         """Count (or meter) the call under the cached subscription by `PostgresDecisions`; without
         one, `_plan_call` reads it in an ORM transaction. `Refused` past a blocking quota."""
         subscription = attempt.subscription
@@ -290,20 +322,19 @@ class Admission:
         if subscription is None or plan is None:
             async with postgres.place(), self._sessions() as session, session.begin():
                 return await self._plan_call(session, attempt)
-        await postgres.plan_call(
+        return await postgres.plan_call(
             attempt.call, subscription, plan, self._catalog.metered_price(attempt.call.tool)
         )
-        return True
 
-    async def _plan_call(self, session: AsyncSession, attempt: _Attempt) -> bool:
+    async def _plan_call(self, session: AsyncSession, attempt: _Attempt) -> Decision | None:
         """Count (or meter) the call under the user's subscription to one of its counting plans;
-        False when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
+        None when the cache was behind (no longer subscribed), `Refused` past a blocking quota."""
         call = attempt.call
         subscription = attempt.subscription or await entitling_subscription(
             session, call.user_id, attempt.counted_plan_ids, grace=self._entitlements.grace
         )
         plan = self._catalog.get(subscription.plan_id) if subscription is not None else None
         if subscription is None or plan is None:
-            return False
-        await record_plan_call(session, call, subscription, plan, self._catalog.metered_price(call.tool))
-        return True
+            return None
+        metered = self._catalog.metered_price(call.tool)
+        return await record_plan_call(session, call, subscription, plan, metered)

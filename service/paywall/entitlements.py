@@ -63,6 +63,10 @@ class Entitlements:
             self._no_credits.clear()  # forgetting only costs a database read per user
         self._no_credits[user_id] = time.monotonic() + self._cache_seconds
 
+    def saw_credits(self, user_id: str) -> None:
+        """The user has a credit again (one given back here): their next unpaid call reads the balance."""
+        self._no_credits.pop(user_id, None)
+
     async def plans_of(self, user_id: str, *, fresh: bool = False) -> frozenset[str]:
         """The plans the user's subscriptions grant now. Callers that find no cached answer share
         one database read per user (`fresh` ones read anew), so the many calls of a busy user

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types import (
@@ -35,12 +36,20 @@ from service.billing.plans import Plan
 from service.billing.usage import PaidCall
 from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import SessionFactory
+from service.db.metadata import utcnow
 from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
-from service.paywall.admission import Admission, InvalidIdempotencyKey, call_key, idempotency_key
+from service.paywall.admission import (
+    IDEMPOTENCY_KEY_META,
+    RETRY_WINDOW_SECONDS,
+    Admission,
+    InvalidIdempotencyKey,
+    call_key,
+    idempotency_key,
+)
 from service.paywall.bus import PaymentWaiters, wait_for
 from service.paywall.elicitations import ElicitationRequest, RateLimited, open_or_reuse
 from service.paywall.entitlements import Entitlements
@@ -55,6 +64,15 @@ INPUT_REQUEST_KEY = "payment"
 ElicitAction = Literal["accept", "decline", "cancel"]
 Admitted = Callable[[], Awaitable[bool]]  # whether the call may run now (spending what pays for it)
 PROGRESS_INTERVAL_SECONDS = 5.0
+RELEASE_SECONDS = 10.0  # the most a failed call waits to give back what paid for it
+
+
+@dataclass(frozen=True)
+class PaidFor:
+    """A call the caller may run; `usage_id`: what its decision recorded, None when nothing was."""
+
+    user_id: str
+    usage_id: str | None
 
 
 @dataclass(frozen=True)
@@ -118,10 +136,46 @@ class Paywall:
     def payment_url(self, elicitation_id: str) -> str:
         return f"{self._settings.public_base_url}/pay/{elicitation_id}"
 
-    async def guard(
+    async def run(
+        self, ctx: Context, tool: PaidTool, arguments: dict[str, Any], body: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """`body`'s answer when the caller may run the tool, else what tells them how to pay. A call
+        that raises, is cancelled or answers an error gives back what paid for it."""
+        decided = await self._guarded(ctx, tool, arguments)
+        if not isinstance(decided, PaidFor):
+            return decided
+        try:
+            answer = await body()
+        except BaseException:
+            await self._release(decided, tool)
+            raise
+        if isinstance(answer, CallToolResult) and answer.is_error:
+            await self._release(decided, tool)
+        return answer
+
+    async def _release(self, paid: PaidFor, tool: PaidTool) -> None:
+        """Give back what paid for a call that did not complete, whatever cancels the task meanwhile:
+        bounded in time, and logged rather than raised (the call's own outcome stands)."""
+        if paid.usage_id is None:
+            return  # an unlimited plan's call, or a retry of a call paid before: nothing was spent
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_SECONDS):
+            try:
+                await self._admission.release(paid.user_id, paid.usage_id)
+                return
+            except Exception:
+                logger.warning("could not give back what paid for a failed %s call", tool.name, exc_info=True)
+                return
+        logger.warning("giving back what paid for a failed %s call took over %ss", tool.name, RELEASE_SECONDS)
+
+    async def _recent(self, call: PaidCall) -> bool:
+        """Whether a retried call was first recorded within the retry window."""
+        recorded = await self._admission.recorded_at(call)
+        return recorded is None or utcnow() - recorded <= timedelta(seconds=RETRY_WINDOW_SECONDS)
+
+    async def _guarded(
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
-    ) -> CallToolResult | InputRequiredResult | None:
-        """None when the caller may run the tool; the time this takes is not the tool's own."""
+    ) -> CallToolResult | InputRequiredResult | PaidFor:
+        """`PaidFor` when the caller may run the tool; the time this takes is not the tool's own."""
         started = time.perf_counter()
         try:
             return await self._guard(ctx, tool, arguments)
@@ -139,13 +193,13 @@ class Paywall:
 
     async def _guard(
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
-    ) -> CallToolResult | InputRequiredResult | None:
+    ) -> CallToolResult | InputRequiredResult | PaidFor:
         caller = self._callers()
         plan_ids = self._tools.unlocking_plan_ids(tool)
         if not plan_ids:
             return error_result(f"{tool.name} is not offered in any plan right now.")
         if await self._admission.unlimited(caller.user_id, plan_ids):
-            return None
+            return PaidFor(caller.user_id, None)
         try:
             named = idempotency_key(ctx.request_context.meta)
         except InvalidIdempotencyKey as exc:
@@ -162,18 +216,32 @@ class Paywall:
             ),
         )
         verdict = await self._admission.admit(call, plan_ids)
+        if verdict.retried and not await self._recent(call):
+            return error_result(
+                f"{tool.name} did not run: this call was made more than {RETRY_WINDOW_SECONDS // 60} "
+                "minutes ago and is not repeated as its retry. Send it as a new request (with a new "
+                f"{IDEMPOTENCY_KEY_META!r}, if you sent one) to call {tool.name} again."
+            )
         if verdict.allowed:
-            return None
+            return PaidFor(caller.user_id, verdict.usage_id)
+        paid = PaidFor(caller.user_id, None)
 
         async def admitted() -> bool:
-            return (await self._admission.admit(call, plan_ids, fresh=True)).allowed
+            nonlocal paid
+            later = await self._admission.admit(call, plan_ids, fresh=True)
+            if later.allowed:
+                paid = PaidFor(caller.user_id, later.usage_id)
+            return later.allowed
 
         unlocking = self._tools.unlocking_plans(tool)
         # Past a plan's included calls, offer the plans the user does not have (and credits).
         plans = [plan for plan in unlocking if plan.id not in verdict.exhausted_plan_ids] or unlocking
+        refusal: CallToolResult | InputRequiredResult | None
         if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
-            return await self._legacy(ctx, caller, tool, plans, admitted)
-        return await self._modern(ctx, caller, tool, plans, admitted)
+            refusal = await self._legacy(ctx, caller, tool, plans, admitted)
+        else:
+            refusal = await self._modern(ctx, caller, tool, plans, admitted)
+        return paid if refusal is None else refusal
 
     # -- 2026-07-28 --------------------------------------------------------------------------
 

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult, InputRequiredResult
 
 if TYPE_CHECKING:  # tool modules import this one; the bench's bare SDK server imports them
     from service.tool_threads import ToolThreads
@@ -34,11 +33,11 @@ _GATE_CONTEXT = "paywall_context"
 
 
 class PaywallGate(Protocol):
-    """What a paid tool consults before running; None means the caller may proceed."""
+    """What runs a paid tool: `body` when the caller may, else the answer that asks them to pay."""
 
-    async def guard(
-        self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
-    ) -> CallToolResult | InputRequiredResult | None: ...
+    async def run(
+        self, ctx: Context, tool: PaidTool, arguments: dict[str, Any], body: Callable[[], Awaitable[Any]]
+    ) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -137,14 +136,15 @@ def _gated(spec: PaidTool, gate: PaywallGate, threads: ToolThreads) -> Callable[
     async def wrapper(**kwargs: Any) -> Any:
         ctx: Context = kwargs[context_name]
         arguments = {key: value for key, value in kwargs.items() if key != context_name}
-        refusal = await gate.guard(ctx, spec, arguments)
-        if refusal is not None:
-            return refusal
         call_kwargs = kwargs if own_context else arguments
-        if is_async:
-            return await fn(**call_kwargs)
-        # Like the SDK does for sync tools: keep the event loop free.
-        return await threads.run_sync(functools.partial(fn, **call_kwargs))
+
+        async def body() -> Any:
+            if is_async:
+                return await fn(**call_kwargs)
+            # Like the SDK does for sync tools: keep the event loop free.
+            return await threads.run_sync(functools.partial(fn, **call_kwargs))
+
+        return await gate.run(ctx, spec, arguments, body)
 
     return _presented(wrapper, signature, parameters, hints.get("return", signature.return_annotation))
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import mcp_types as t
 import pytest
 from mcp import MCPError, UrlElicitationRequiredError
 
-from service.billing.usage_models import CreditEntry
+from service.billing.usage_models import CreditEntry, UsageRecord
+from service.identity.models import User
 from service.paywall.models import Elicitation
 from tests.support import factories
 from tests.support.in_memory import InMemoryService
@@ -138,3 +141,45 @@ async def test_pay_as_you_go_meters_each_call(memory: InMemoryService) -> None:
     assert status.structured_content is not None
     [payg] = status.structured_content["subscriptions"]
     assert payg["metered_calls"] == 2
+
+
+async def paid_calls(memory: InMemoryService, user: User) -> dict[str, Any]:
+    """What `billing_status` says the user has paid for: credits left, included and metered calls."""
+    async with memory.client(user) as client:
+        status = (await client.call_tool("billing_status", {})).structured_content
+    assert status is not None
+    plans = {item["plan"]: item for item in status["subscriptions"]}
+    return {
+        "credits": status["credits"],
+        "included": plans["pro"]["calls_used"] if "pro" in plans else None,
+        "metered": plans["payg"]["metered_calls"] if "payg" in plans else None,
+    }
+
+
+@pytest.mark.parametrize("funding", ["credits", "pro", "payg"])
+@pytest.mark.parametrize("mode", ["legacy", MODERN])
+async def test_a_call_that_fails_is_not_paid_for(memory: InMemoryService, funding: str, mode: str) -> None:
+    """Bad input loses nothing: a paid call the tool refuses gives back its credit, its included
+    call or its metered charge (its usage row goes), and the next call is paid as usual."""
+    kim = await memory.add_user("kim")
+    if funding == "credits":
+        await factories.credits(memory, kim)
+    else:
+        await factories.subscription(memory, kim, plan_id=funding)
+    before = await paid_calls(memory, kim)
+    async with memory.client(kim, mode=mode) as client:
+        refused = await client.call_tool("sql_explain", {"query": "delete from customers"})
+    assert refused.is_error and "only SELECT queries" in text_of(refused)
+    assert await paid_calls(memory, kim) == before
+    assert await memory.rows(UsageRecord, user_id=kim.id) == []
+    async with memory.client(kim, mode=mode) as client:
+        assert not (await client.call_tool("sql_explain", {"query": "select 1"})).is_error
+    after = await paid_calls(memory, kim)
+    if funding == "credits":
+        assert after["credits"] == before["credits"] - 1
+        entries = [entry.delta for entry in await memory.rows(CreditEntry, user_id=kim.id)]
+        assert sorted(entries) == sorted([before["credits"], -1, 1, -1]), "spent, given back, spent"
+    else:
+        used = "included" if funding == "pro" else "metered"
+        assert after[used] == before[used] + 1
+    assert len(await memory.rows(UsageRecord, user_id=kim.id)) == 1

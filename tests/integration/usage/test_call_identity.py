@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlmodel import select
 
-from service.billing.usage_models import CreditEntry
+from service.billing.usage_models import CreditEntry, UsageRecord
+from service.db.metadata import utcnow
 from service.identity.models import User
-from service.paywall.admission import IDEMPOTENCY_KEY_META, call_key
+from service.paywall.admission import IDEMPOTENCY_KEY_META, RETRY_WINDOW_SECONDS
 from tests.support import factories
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.service import RunningService
@@ -69,14 +72,19 @@ async def test_a_malformed_idempotency_key_is_refused_and_spends_nothing(
     assert await credits_spent(service, ida) == 0
 
 
-def test_a_session_request_is_one_call_however_late_its_retry() -> None:
-    """The protocol forbids reusing a request id within a session: its retry is the same call at
-    any time (a key with a time window charged a retry that crossed the window's edge)."""
-    first = call_key(session_id="s1", request_id="7", tool=CHART, arguments=CHART_ARGS)
-    assert call_key(session_id="s1", request_id="7", tool=CHART, arguments=dict(CHART_ARGS)) == first
-    assert call_key(session_id="s2", request_id="7", tool=CHART, arguments=CHART_ARGS) != first
-    assert call_key(session_id="s1", request_id="8", tool=CHART, arguments=CHART_ARGS) != first
-    assert call_key(session_id="s1", request_id="7", tool=CHART, arguments={"values": [1]}) != first
-    assert call_key(session_id=None, request_id="7", tool=CHART, arguments=CHART_ARGS) != call_key(
-        session_id=None, request_id="7", tool=CHART, arguments=CHART_ARGS
-    )
+async def test_a_call_retried_after_the_retry_window_is_refused_unpaid(service: RunningService) -> None:
+    """One payment does not buy endless repeats: a key recorded over ten minutes ago is refused."""
+    joy = await service.add_user("joy")
+    await factories.credits(service, joy)
+    assert await call_on_new_connections(service, joy, 1, meta={IDEMPOTENCY_KEY_META: "old"}) == [True]
+    async with service.runtime.sessions() as session, session.begin():
+        [row] = (await session.exec(select(UsageRecord).where(UsageRecord.user_id == joy.id))).all()
+        row.created_at = utcnow() - timedelta(seconds=RETRY_WINDOW_SECONDS + 60)
+        session.add(row)
+    token = (await service.personal_token("joy")).secret
+    async with probed_client(service.mcp_url, token, ClientProbe(), mode="2026-07-28") as client:
+        stale = await client.call_tool(CHART, CHART_ARGS, meta={IDEMPOTENCY_KEY_META: "old"})  # type: ignore[arg-type]
+        fresh = await client.call_tool(CHART, CHART_ARGS, meta={IDEMPOTENCY_KEY_META: "new"})  # type: ignore[arg-type]
+    assert stale.is_error and "more than 10 minutes ago" in str(stale.content)
+    assert not fresh.is_error
+    assert await credits_spent(service, joy) == 2, "the first call and the new one paid, not the stale retry"

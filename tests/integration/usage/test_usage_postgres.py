@@ -84,7 +84,10 @@ async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: 
         # Both statements start before either has written: neither sees the other's usage row.
         both = asyncio.gather(decisions.spend_credit(call), decisions.spend_credit(call))
         await _waiting_for_locks(postgres, 2)
-    assert list(await both) == [True, True]
+    decided = list(await both)
+    assert [decision.allowed for decision in decided] == [True, True]
+    retried = sorted(decision.usage_id is None for decision in decided)
+    assert retried == [False, True], "one recorded the call, the other is its retry"
     assert await _balance(postgres) == (1, 1, 1), "one credit spent, one usage row"
 
 
@@ -97,10 +100,11 @@ async def test_two_deliveries_of_one_call_paying_with_the_last_credit_both_pass(
         # The second finds the balance emptied by the first, whose usage row its snapshot predates.
         both = asyncio.gather(decisions.spend_credit(call), decisions.spend_credit(call))
         await _waiting_for_locks(postgres, 2)
-    assert list(await both) == [True, True], "a duplicate of a paid call is let through"
+    decided = await both
+    assert [decision.allowed for decision in decided] == [True, True], "a paid call's retry passes"
     assert await _balance(postgres) == (0, 0, 1), "one credit spent, one usage row"
     other = PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key="another-call")
-    assert not await decisions.spend_credit(other), "another call with no credit left is refused"
+    assert not (await decisions.spend_credit(other)).allowed, "another call with no credit left is refused"
     assert await _balance(postgres) == (0, 0, 1)
 
 
@@ -113,7 +117,7 @@ async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothi
         # All three saw two credits when they started; the row they wait for will say otherwise.
         spends = asyncio.gather(*(decisions.spend_credit(call) for call in calls))
         await _waiting_for_locks(postgres, 3)
-    assert sorted(await spends) == [False, True, True]
+    assert sorted(decision.allowed for decision in await spends) == [False, True, True]
     assert await _balance(postgres) == (0, 0, 2)
 
 
@@ -152,7 +156,8 @@ async def test_a_burst_of_decisions_shares_a_few_connections_kept_open(postgres:
             ]
             event.listen(engine_pool, "checkout", checked_out)
             try:
-                bursts.append(await asyncio.gather(*(decisions.spend_credit(call) for call in calls)))
+                decided = await asyncio.gather(*(decisions.spend_credit(call) for call in calls))
+                bursts.append([decision.allowed for decision in decided])
             finally:
                 event.remove(engine_pool, "checkout", checked_out)
             backends = await _decision_backends(postgres)
@@ -191,7 +196,7 @@ async def test_two_deliveries_of_one_included_call_count_once(postgres: Ledger) 
     def call(key: str) -> PaidCall:
         return PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=key)
 
-    assert await decisions.count(call("first"), columns, 5, {})
+    assert (await decisions.count(call("first"), columns, 5, {})).allowed
     async with postgres.sessions() as session, session.begin():
         connection = await session.connection()
         await connection.execute(
@@ -203,7 +208,7 @@ async def test_two_deliveries_of_one_included_call_count_once(postgres: Ledger) 
             decisions.count(call("second"), columns, 5, {}), decisions.count(call("second"), columns, 5, {})
         )
         await _waiting_for_locks(postgres, 2)
-    assert list(await both) == [True, True]
+    assert [decision.allowed for decision in await both] == [True, True]
     async with postgres.sessions() as session:
         used = await session.get(UsageCounter, (subscription.id, "p1"))
         assert used is not None and used.used == 2
@@ -215,7 +220,7 @@ async def test_past_the_included_calls_nothing_metering_refuses_and_writes_nothi
     decisions = decisions_of(postgres)
     columns = {"plan_id": "pro", "subscription_id": subscription.id, "period": "p1"}
     calls = [PaidCall(user_id=postgres.user_id, tool="sql_explain", call_key=f"call-{n}") for n in range(3)]
-    assert [await decisions.count(call, columns, 2, {}) for call in calls] == [True, True, False]
+    assert [(await decisions.count(call, columns, 2, {})).allowed for call in calls] == [True, True, False]
     assert (await _balance(postgres))[2] == 2, "the refused call left no usage row"
 
 
@@ -245,5 +250,5 @@ async def test_the_decisions_queue_is_exported_while_it_builds_up(postgres: Ledg
                 return exported() == (4, 2)
 
             await until(queued, "four decisions in flight and two waiting, exported")
-        assert sorted(await spends) == [False] * 4 + [True] * 2
+        assert sorted(decision.allowed for decision in await spends) == [False] * 4 + [True] * 2
         assert exported() == (0, 0)

@@ -5,33 +5,53 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+import pytest
+
 from service.billing.usage import new_usage_id
 from service.billing.usage_reporter import retry_delay
-from service.paywall.admission import RETRY_WINDOW_SECONDS, call_key
+from service.paywall.admission import IDEMPOTENCY_KEY_META, InvalidIdempotencyKey, call_key, idempotency_key
 
-NOW = 1_800_000_000.0
 BASE = {"session_id": "s1", "request_id": "7", "tool": "sql_explain", "arguments": {"query": "select 1"}}
 
 
-def test_the_same_request_is_the_same_call_within_the_window() -> None:
-    assert call_key(**BASE, now=NOW) == call_key(**BASE, now=NOW + 1)  # type: ignore[arg-type]
+def test_a_session_request_is_one_call_however_late_its_retry() -> None:
+    """The protocol forbids reusing a request id within a session: the pair names one call, with no
+    time in the key (a key with a time window charged a retry that crossed the window's edge)."""
+    key = call_key(**BASE)  # type: ignore[arg-type]
+    assert call_key(**BASE) == key  # type: ignore[arg-type]
     reordered = {**BASE, "arguments": {"b": 1, "a": 2}}
     swapped = {**BASE, "arguments": {"a": 2, "b": 1}}
-    assert call_key(**reordered, now=NOW) == call_key(**swapped, now=NOW)  # type: ignore[arg-type]
-
-
-def test_anything_else_is_another_call() -> None:
-    key = call_key(**BASE, now=NOW)  # type: ignore[arg-type]
+    assert call_key(**reordered) == call_key(**swapped)  # type: ignore[arg-type]
     for change in (
         {"session_id": "s2"},
-        {"session_id": None},
         {"request_id": "8"},
         {"tool": "ascii_chart"},
         {"arguments": {"query": "select 2"}},
     ):
-        assert call_key(**{**BASE, **change}, now=NOW) != key, change  # type: ignore[arg-type]
-    later = NOW - NOW % RETRY_WINDOW_SECONDS + RETRY_WINDOW_SECONDS
-    assert call_key(**BASE, now=later) != key, "the same request id much later is a new call"  # type: ignore[arg-type]
+        assert call_key(**{**BASE, **change}) != key, change  # type: ignore[arg-type]
+
+
+def test_an_idempotency_key_names_the_call_on_any_connection() -> None:
+    named = {**BASE, "idempotency_key": "order-17"}
+    key = call_key(**named)  # type: ignore[arg-type]
+    assert call_key(**{**named, "session_id": None, "request_id": "1"}) == key  # type: ignore[arg-type]
+    assert call_key(**{**named, "idempotency_key": "order-18"}) != key  # type: ignore[arg-type]
+    assert call_key(**{**named, "arguments": {"query": "select 2"}}) != key  # type: ignore[arg-type]
+
+
+def test_without_a_session_or_a_key_each_request_is_a_call_of_its_own() -> None:
+    """2026-07-28 clients start request ids afresh on each connection: equal ids are not one call."""
+    sessionless = {**BASE, "session_id": None}
+    assert call_key(**sessionless) != call_key(**sessionless)  # type: ignore[arg-type]
+
+
+def test_idempotency_keys_are_bounded_printable_ascii() -> None:
+    assert idempotency_key(None) is None
+    assert idempotency_key({}) is None
+    assert idempotency_key({IDEMPOTENCY_KEY_META: "k" * 255}) == "k" * 255
+    for bad in ("", "k" * 256, "tab\there", "caf\u00e9", 17, ["k"]):
+        with pytest.raises(InvalidIdempotencyKey):
+            idempotency_key({IDEMPOTENCY_KEY_META: bad})
 
 
 def test_meter_event_retries_back_off_to_an_hour() -> None:
