@@ -30,7 +30,7 @@ from sqlmodel.sql.expression import Select, SelectOfScalar
 from service.billing.models import Subscription
 from service.billing.plans import CreditPack, MeteredPrice, Plan
 from service.billing.subscriptions import grants_access
-from service.billing.usage_models import CreditBalance, CreditEntry, UsageCounter, UsageRecord
+from service.billing.usage_models import CreditBalance, CreditEntry, CreditPayment, UsageCounter, UsageRecord
 from service.db.metadata import utcnow
 
 # How an allowed paid call is paid for: its plan's included calls, the metered price, or a credit.
@@ -191,6 +191,25 @@ async def grant_credits(
     )
     await session.exec(upsert)
     return True
+
+
+async def meet_credit_payment(
+    session: AsyncSession, payment_intent_id: str, reversal: str | None = None
+) -> str | None:
+    """Write the payment's `credit_payment` row, recording `reversal` (a refund or dispute) unless
+    one is recorded already; the row's reversal afterwards. Its grant (no reversal) and its reversal
+    both write this row before anything else, so whichever comes second waits for the first to
+    commit and then sees what it wrote: a reversal sees the purchase, a grant the reversal."""
+    table = _table(CreditPayment)
+    insert = _insert(session, CreditPayment).values(
+        payment_intent_id=payment_intent_id, reversal=reversal, created_at=utcnow()
+    )
+    statement = insert.on_conflict_do_update(
+        index_elements=["payment_intent_id"],
+        set_={"reversal": func.coalesce(table.c.reversal, insert.excluded.reversal)},
+    ).returning(table.c.reversal)
+    row = (await session.exec(statement)).one()
+    return str(row[0]) if row[0] is not None else None
 
 
 def purchase_paid_by(payment_intent_id: str) -> SelectOfScalar[CreditEntry]:

@@ -104,3 +104,16 @@ class CreditEntry(SQLModel, table=True):
     pack_id: str | None = Field(default=None, max_length=64)
     payment_intent_id: str | None = Field(default=None, max_length=255)
     created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())
+
+
+class CreditPayment(SQLModel, table=True):
+    """A credit pack's payment, by payment intent: written by its grant and by its refund or dispute,
+    whichever comes first, so that the two meet on this row (on PostgreSQL the second waits for the
+    first to commit). A reversal that finds no purchase yet stays here, and the grant that comes
+    later takes its credits straight back in its own transaction."""
+
+    __tablename__ = "credit_payment"
+
+    payment_intent_id: str = Field(primary_key=True, max_length=255)
+    reversal: str | None = Field(default=None, max_length=16)  # None | refunded | disputed
+    created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())

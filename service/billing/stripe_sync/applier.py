@@ -31,7 +31,14 @@ from service.billing.subscriptions import (
     locked_subscription,
     user_for_customer,
 )
-from service.billing.usage import entitling_subscription, grant_credits, included_used, take_back_purchase
+from service.billing.usage import (
+    entitling_subscription,
+    grant_credits,
+    included_used,
+    meet_credit_payment,
+    purchase_paid_by,
+    take_back_purchase,
+)
 from service.db.metadata import utcnow
 
 logger = logging.getLogger(__name__)
@@ -84,6 +91,15 @@ class Outcome:
     # (protocol era, plan) of each elicitation this outcome completed or expired, for the metrics.
     completed_era_plans: tuple[tuple[str, str], ...] = ()
     expired_era_plans: tuple[tuple[str, str], ...] = ()
+
+
+def _payment_reversal(recorded: str | None) -> PaymentReversal | None:
+    """A reversal as `credit_payment` records it."""
+    if recorded == "refunded":
+        return "refunded"
+    if recorded == "disputed":
+        return "disputed"
+    return None
 
 
 def subscription_of_invoice(invoice: Any) -> str | None:
@@ -167,6 +183,10 @@ class StripeStateApplier(Generic[Request]):
         """Grant a paid credit pack once per Checkout Session; complete the user's open elicitations
         (credits pay for any paid tool)."""
         payment_intent_id = id_of(field_of(checkout, "payment_intent"))
+        # First, as a reversal does: one handled while this checkout was read and applied is seen.
+        reversed_before = (
+            await meet_credit_payment(session, payment_intent_id) if payment_intent_id is not None else None
+        )
         granted = await grant_credits(
             session,
             user_id,
@@ -184,9 +204,12 @@ class StripeStateApplier(Generic[Request]):
             pack=pack.id,
             source=source,
         )
-        if isinstance(fresh, FreshPayment) and fresh.reversal is not None and payment_intent_id is not None:
-            # Refunded or disputed before this event arrived: the credits go again at once.
-            await self.credit_reversal(session, payment_intent_id, fresh.reversal, source)
+        reversal = fresh.reversal if isinstance(fresh, FreshPayment) else None
+        reversal = reversal or _payment_reversal(reversed_before)
+        if reversal is not None and payment_intent_id is not None:
+            # Refunded or disputed before this event arrived (as Stripe says now, or as a reversal
+            # handled here before said): the credits go again at once.
+            await self.credit_reversal(session, payment_intent_id, reversal, source)
             return Outcome(changes=[EntitlementChanged(user_id, (), ())])
         completed = await self._requests.open_requests(session, user_id, known_open)
         await self._requests.complete(session, completed)
@@ -205,10 +228,14 @@ class StripeStateApplier(Generic[Request]):
     async def credit_reversal(
         self, session: AsyncSession, payment_intent_id: str, reversal: PaymentReversal, source: str
     ) -> Outcome | None:
-        """Take back the unspent credits of a refunded or disputed credit purchase; None when the
-        payment bought no credits (or they were taken back already)."""
+        """Take back the unspent credits of a refunded or disputed credit purchase; None when they
+        were taken back already. A payment with no purchase yet (its checkout still being applied,
+        or its webhook lost) keeps the reversal, and its grant takes the credits straight back."""
+        await meet_credit_payment(session, payment_intent_id, reversal)
         taken = await take_back_purchase(session, payment_intent_id)
         if taken is None:
+            if (await session.exec(purchase_paid_by(payment_intent_id))).first() is None:
+                return Outcome(detail=f"no credit purchase yet: recorded as {reversal} for its grant")
             return None
         user_id, credits = taken
         await record(

@@ -266,15 +266,11 @@ class WebhookProcessor:
                 )
                 if reversal == "refunded" and not field_of(obj, "refunded"):
                     raise EventIgnored("a partial refund of a payment keeps what it bought")
-                taken = (
-                    await applier.credit_reversal(session, payment_intent_id, reversal, source)
-                    if payment_intent_id is not None
-                    else None
-                )
+                if payment_intent_id is None:
+                    raise EventIgnored("the charge names no payment")
+                taken = await applier.credit_reversal(session, payment_intent_id, reversal, source)
                 if taken is None:
-                    raise EventIgnored(
-                        "the payment is neither a subscription's nor an unreversed credit purchase"
-                    )
+                    raise EventIgnored("the credit purchase of this payment was taken back before")
                 return taken
             if (
                 event.type in SUBSCRIPTION_EVENTS

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.billing.models import StripeCustomer, Subscription
@@ -17,6 +18,7 @@ from service.db.engine import SessionFactory, create_engine, create_session_fact
 from service.db.metadata import utcnow
 from service.identity import service as identity
 from tests.support.databases import TEMPLATE_FIXTURES, DatabaseTemplates
+from tests.support.polling import until
 from tests.support.service import cheap_password_hashing
 
 
@@ -68,3 +70,27 @@ async def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
             yield made
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+def postgres(ledger: Ledger) -> Ledger:
+    """The ledger on PostgreSQL only, for races that only concurrent writers run into."""
+    if ledger.engine.url.get_backend_name() != "postgresql":
+        pytest.skip("PostgreSQL's decisions")
+    return ledger
+
+
+async def waiting_for_locks(ledger: Ledger, count: int) -> None:
+    """Until `count` transactions on the ledger's database wait for a row lock (PostgreSQL)."""
+
+    async def waiting() -> bool:
+        async with ledger.engine.connect() as connection:
+            rows = await connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            )
+            return int(rows.scalar_one()) == count
+
+    await until(waiting, f"{count} transactions wait for a lock")

@@ -14,11 +14,12 @@ from service.billing.usage import (
     credit_balance,
     grant_credits,
     ledger_sum,
+    meet_credit_payment,
     spend_credit,
     take_back_purchase,
 )
 from service.billing.usage_models import CreditEntry, UsageRecord
-from tests.integration.usage.conftest import Ledger
+from tests.integration.usage.conftest import Ledger, waiting_for_locks
 
 PACK_OF_50 = CreditPack(
     id="calls_50", name="50 calls", lookup_key="k50", credits=50, amount=250, currency="usd"
@@ -142,3 +143,52 @@ async def test_what_a_reversal_took_back_covers_no_later_spend(ledger: Ledger) -
         assert await spend(ledger, ledger.user_id, f"call-{n}")
     assert await take_back(ledger, "pi_2") == 20, "the 30 spends after pi_1's refund were pi_2's"
     assert await balance(ledger, ledger.user_id) == (0, 0)
+
+
+async def grant_paid(ledger: Ledger, payment_intent: str) -> str | None:
+    """A purchase's grant as the Stripe sync applies it: the payment's row first; the reversal
+    recorded for it before, if any."""
+    async with ledger.sessions() as session, session.begin():
+        reversed_before = await meet_credit_payment(session, payment_intent)
+        await grant_credits(
+            session, ledger.user_id, PACK_OF_50, source="checkout:cs_1", payment_intent_id=payment_intent
+        )
+    return reversed_before
+
+
+async def reverse(ledger: Ledger, payment_intent: str) -> int | None:
+    """A refund as the Stripe sync applies it: recorded on the payment's row, then taken back."""
+    async with ledger.sessions() as session, session.begin():
+        await meet_credit_payment(session, payment_intent, "refunded")
+        taken = await take_back_purchase(session, payment_intent)
+    return taken[1] if taken is not None else None
+
+
+async def test_a_reversal_with_no_purchase_yet_is_kept_for_its_grant(ledger: Ledger) -> None:
+    assert await reverse(ledger, "pi_1") is None, "nothing to take back yet"
+    assert await grant_paid(ledger, "pi_1") == "refunded"
+    async with ledger.sessions() as session, session.begin():
+        assert await meet_credit_payment(session, "pi_1", "disputed") == "refunded", "the first one stays"
+
+
+async def test_a_reversal_racing_its_purchase_grant_waits_for_it_and_takes_it_back(postgres: Ledger) -> None:
+    async with postgres.sessions() as session, session.begin():
+        assert await meet_credit_payment(session, "pi_1") is None
+        await grant_credits(
+            session, postgres.user_id, PACK_OF_50, source="checkout:cs_1", payment_intent_id="pi_1"
+        )
+        # The refund starts while the grant is not committed: it must not miss the purchase.
+        refund = asyncio.create_task(reverse(postgres, "pi_1"))
+        await waiting_for_locks(postgres, 1)
+    assert await refund == 50
+    assert await balance(postgres, postgres.user_id) == (0, 0)
+
+
+async def test_a_grant_racing_its_payment_reversal_waits_for_it_and_sees_it(postgres: Ledger) -> None:
+    async with postgres.sessions() as session, session.begin():
+        await meet_credit_payment(session, "pi_1", "refunded")
+        assert await take_back_purchase(session, "pi_1") is None, "no purchase yet"
+        # The grant starts while the refund is not committed: it must not miss the refund.
+        grant_of_pi_1 = asyncio.create_task(grant_paid(postgres, "pi_1"))
+        await waiting_for_locks(postgres, 1)
+    assert await grant_of_pi_1 == "refunded"

@@ -14,6 +14,7 @@ from mcp import MCPError
 from service.billing.usage_models import CreditBalance, CreditEntry, UsageRecord
 from service.paywall.models import Elicitation
 from stripe_sandbox import SandboxConfig, create_sandbox_app
+from tests.integration.webhooks.test_stripe_webhook import event_body, post_webhook, signed
 from tests.support.databases import TEMPLATE_FIXTURES, DatabaseTemplates
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.payment import buy_credits
@@ -251,6 +252,31 @@ async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_la
             await call_expecting_32042(client, "sql_explain", QUERY)
         reasons = sorted(entry.reason for entry in await service.rows(CreditEntry))
         assert reasons == ["purchase", "reversal"]
+
+
+async def test_a_refund_handled_before_its_purchase_is_granted_takes_the_credits_back(
+    tmp_path: Path, database_url: str
+) -> None:
+    """The refund's webhook is applied in the gap between the checkout's read of the payment (not
+    refunded yet) and its grant: it finds no purchase, and must not be lost."""
+    async with service_without_webhooks(tmp_path, database_url) as service:
+        await service.add_user("oli")
+        token = (await service.personal_token("oli")).secret
+        async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+            elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
+            checkout_id = await buy_credits(service, elicitation.url, "oli", "calls_3")
+            checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
+            payment_intent = str(checkout.payment_intent)
+            charge = {"id": "ch_1", "object": "charge", "payment_intent": payment_intent, "refunded": True}
+            body = event_body("evt_refund", "charge.refunded", charge)
+            status, answer = await post_webhook(service, body, signed(service, body))
+            assert (status, answer["outcome"]) == (200, "applied"), answer
+
+            await service.runtime.reconciler.run()  # the grant, from a read that saw no refund
+            assert await balance_of(service) == 0, "the refund recorded before takes the credits back"
+            await call_expecting_32042(client, "sql_explain", QUERY)
+        entries = sorted((entry.reason, entry.delta) for entry in await service.rows(CreditEntry))
+        assert entries == [("purchase", 3), ("reversal", -3)]
 
 
 async def test_a_waiting_elicitation_create_runs_once_credits_arrive(

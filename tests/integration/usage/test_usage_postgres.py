@@ -7,7 +7,6 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import pytest
 from sqlalchemy import event, text
 from sqlmodel import col, func, select
 
@@ -17,20 +16,13 @@ from service.billing.usage_models import UsageCounter, UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import SessionLimits
 from service.observability.metrics import ServiceMetrics
-from tests.integration.usage.conftest import Ledger
+from tests.integration.usage.conftest import Ledger, waiting_for_locks
 from tests.support.polling import until
 
 # Long enough that a decision still waiting for a lock then was never going to give up by itself.
 STUCK = 30.0
 PACK = CreditPack(id="calls_2", name="2 calls", lookup_key="k2", credits=2, amount=100, currency="usd")
 ONE = CreditPack(id="calls_1", name="1 call", lookup_key="k1", credits=1, amount=50, currency="usd")
-
-
-@pytest.fixture
-def postgres(ledger: Ledger) -> Ledger:
-    if ledger.engine.url.get_backend_name() != "postgresql":
-        pytest.skip("PostgreSQL's decisions")
-    return ledger
 
 
 def decisions_of(ledger: Ledger) -> PostgresDecisions:
@@ -61,20 +53,6 @@ async def _balance_locked(ledger: Ledger) -> AsyncIterator[None]:
         yield
 
 
-async def _waiting_for_locks(ledger: Ledger, count: int) -> None:
-    async def waiting() -> bool:
-        async with ledger.engine.connect() as connection:
-            rows = await connection.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            )
-            return int(rows.scalar_one()) == count
-
-    await until(waiting, f"{count} decisions wait for the balance row")
-
-
 async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: Ledger) -> None:
     async with postgres.sessions() as session, session.begin():
         await grant_credits(session, postgres.user_id, PACK, source="checkout:cs_1", payment_intent_id=None)
@@ -83,7 +61,7 @@ async def test_two_deliveries_of_one_call_in_flight_together_pay_once(postgres: 
     async with _balance_locked(postgres):
         # Both statements start before either has written: neither sees the other's usage row.
         both = asyncio.gather(decisions.spend_credit(call), decisions.spend_credit(call))
-        await _waiting_for_locks(postgres, 2)
+        await waiting_for_locks(postgres, 2)
     decided = list(await both)
     assert [decision.allowed for decision in decided] == [True, True]
     retried = sorted(decision.usage_id is None for decision in decided)
@@ -99,7 +77,7 @@ async def test_two_deliveries_of_one_call_paying_with_the_last_credit_both_pass(
     async with _balance_locked(postgres):
         # The second finds the balance emptied by the first, whose usage row its snapshot predates.
         both = asyncio.gather(decisions.spend_credit(call), decisions.spend_credit(call))
-        await _waiting_for_locks(postgres, 2)
+        await waiting_for_locks(postgres, 2)
     decided = await both
     assert [decision.allowed for decision in decided] == [True, True], "a paid call's retry passes"
     assert await _balance(postgres) == (0, 0, 1), "one credit spent, one usage row"
@@ -116,7 +94,7 @@ async def test_a_spend_waiting_on_an_emptied_balance_is_refused_and_writes_nothi
     async with _balance_locked(postgres):
         # All three saw two credits when they started; the row they wait for will say otherwise.
         spends = asyncio.gather(*(decisions.spend_credit(call) for call in calls))
-        await _waiting_for_locks(postgres, 3)
+        await waiting_for_locks(postgres, 3)
     assert sorted(decision.allowed for decision in await spends) == [False, True, True]
     assert await _balance(postgres) == (0, 0, 2)
 
@@ -207,7 +185,7 @@ async def test_two_deliveries_of_one_included_call_count_once(postgres: Ledger) 
         both = asyncio.gather(
             decisions.count(call("second"), columns, 5, {}), decisions.count(call("second"), columns, 5, {})
         )
-        await _waiting_for_locks(postgres, 2)
+        await waiting_for_locks(postgres, 2)
     assert [decision.allowed for decision in await both] == [True, True]
     async with postgres.sessions() as session:
         used = await session.get(UsageCounter, (subscription.id, "p1"))
@@ -244,7 +222,7 @@ async def test_the_decisions_queue_is_exported_while_it_builds_up(postgres: Ledg
         assert exported() == (0, 0)
         async with _balance_locked(postgres):
             spends = asyncio.gather(*(decisions.spend_credit(call) for call in calls))
-            await _waiting_for_locks(postgres, 4)  # four decide (held up by the lock), two wait their turn
+            await waiting_for_locks(postgres, 4)  # four decide (held up by the lock), two wait their turn
 
             async def queued() -> bool:
                 return exported() == (4, 2)
