@@ -45,6 +45,7 @@ from service.identity.secrets import digest, new_id, new_secret
 from service.identity.token_cache import TokenCache
 
 AUTHORIZE_REQUEST_MAX_AGE_SECONDS = 900
+MAX_CLIENT_ID_LENGTH = 64  # the column's length; the SDK issues 36-character UUIDs
 # Dynamic registration as /register serves it, and the client auth methods /token and /revoke accept.
 REGISTRATION_OPTIONS = ClientRegistrationOptions(enabled=True)
 TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"]
@@ -128,6 +129,8 @@ class DatabaseOAuthProvider:
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         """The registration without its secret, which only `client_secret_matches` can check."""
+        if not identity.could_be_stored(client_id, MAX_CLIENT_ID_LENGTH):
+            return None  # unknown, as any id never registered
         async with self._sessions() as session:
             row = await session.get(OAuthClient, client_id)
         return OAuthClientInformationFull.model_validate_json(row.info_json) if row else None
@@ -147,6 +150,8 @@ class DatabaseOAuthProvider:
             )
 
     async def client_secret_matches(self, client_id: str, secret: str) -> bool:
+        if not identity.could_be_stored(client_id, MAX_CLIENT_ID_LENGTH):
+            return False
         async with self._sessions() as session:
             row = await session.get(OAuthClient, client_id)
         if row is None or row.client_secret_hash is None:
