@@ -46,6 +46,13 @@ from service.identity.token_cache import TokenCache
 
 AUTHORIZE_REQUEST_MAX_AGE_SECONDS = 900
 MAX_CLIENT_ID_LENGTH = 64  # the column's length; the SDK issues 36-character UUIDs
+# Bounds on what an /authorize request carries, far above what clients send (a state is a random
+# value of some 20-60 characters; an S256 code challenge is 43), and small enough that the sealed
+# request always fits MAX_AUTHZ_LENGTH, the most the login and consent pages accept.
+MAX_STATE_LENGTH = 1024
+MAX_SCOPE_LENGTH = 1024  # the requested scopes, space-separated
+MAX_CODE_CHALLENGE_LENGTH = 128  # the column's length, and RFC 7636's longest code verifier
+MAX_AUTHZ_LENGTH = 8192
 # Dynamic registration as /register serves it, and the client auth methods /token and /revoke accept.
 REGISTRATION_OPTIONS = ClientRegistrationOptions(enabled=True)
 TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"]
@@ -91,6 +98,17 @@ class PendingAuthorization:
     def redirect_host(self) -> str:
         """Where the code goes, as the consent page names it (host, and port when one is given)."""
         return urlsplit(self.redirect_uri).netloc or self.redirect_uri
+
+
+def authorization_params_too_long(params: AuthorizationParams) -> str | None:
+    """What part of an authorization request is over its bound, said for the client; None if none."""
+    if params.state is not None and len(params.state) > MAX_STATE_LENGTH:
+        return f"state is at most {MAX_STATE_LENGTH} characters"
+    if len(" ".join(params.scopes or [])) > MAX_SCOPE_LENGTH:
+        return f"scope is at most {MAX_SCOPE_LENGTH} characters"
+    if len(params.code_challenge) > MAX_CODE_CHALLENGE_LENGTH:
+        return f"code_challenge is at most {MAX_CODE_CHALLENGE_LENGTH} characters"
+    return None
 
 
 def _epoch(token: Token) -> int | None:
@@ -161,6 +179,9 @@ class DatabaseOAuthProvider:
     # -- authorization ---------------------------------------------------------------------
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        too_long = authorization_params_too_long(params)
+        if too_long is not None:
+            raise AuthorizeError("invalid_request", too_long)
         if params.resource is not None and params.resource.rstrip("/") != self._resource_url:
             raise AuthorizeError("invalid_target", "this server only issues tokens for its own MCP endpoint")
         params = params.model_copy(update={"resource": self._resource_url})
@@ -171,6 +192,8 @@ class DatabaseOAuthProvider:
                 "params": params.model_dump(mode="json"),
             }
         )
+        if len(sealed) > MAX_AUTHZ_LENGTH:  # escaped non-ASCII text grows; the pages could not take it
+            raise AuthorizeError("invalid_request", "the authorization request is too long")
         return f"{self._public_base_url}/login?authz={sealed}"
 
     def open_pending(self, sealed: str) -> PendingAuthorization | None:
