@@ -134,7 +134,7 @@ async def test_a_signature_header_with_a_non_ascii_byte_is_a_bad_signature(servi
     body = event_body("evt_latin1", "invoice.created", INVOICE)
     async with service.http() as http:
         for signature in (b"t=1,v1=\xe9", f"t={int(time.time())},v1=\xe9".encode("latin-1")):
-            response = await http.post(WEBHOOK_PATH, content=body, headers={"Stripe-Signature": signature})
+            response = await http.post(WEBHOOK_PATH, content=body, headers={b"Stripe-Signature": signature})
             assert (response.status_code, response.json()) == (400, REFUSED)
     assert rejections(service, "bad_signature") == 2
     assert await service.rows(StripeEvent, id="evt_latin1") == []
