@@ -196,6 +196,10 @@ class DatabaseOAuthProvider:
             raise AuthorizeError("invalid_request", "the authorization request is too long")
         return f"{self._public_base_url}/login?authz={sealed}"
 
+    def sends_to_sign_in(self, location: str | None) -> bool:
+        """Whether `location` is where `authorize` sends a valid request: our sign-in page."""
+        return location is not None and location.startswith(f"{self._public_base_url}/login?authz=")
+
     def open_pending(self, sealed: str) -> PendingAuthorization | None:
         """The authorization request sealed by `authorize`, or None if forged or too old."""
         try:

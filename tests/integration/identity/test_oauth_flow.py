@@ -154,8 +154,9 @@ async def test_authorize_refuses_tokens_for_another_resource(service: RunningSer
         response = await authorize(
             service, http, client["client_id"], challenge, resource="https://elsewhere.example/mcp"
         )
-    assert response.status_code == 302
-    assert query_of(response.headers["location"])["error"] == "invalid_target"
+    assert response.status_code == 400
+    assert "location" not in response.headers
+    assert "(invalid_target: " in response.text
 
 
 async def test_wrong_password_and_missing_csrf_are_refused(service: RunningService) -> None:
