@@ -37,7 +37,7 @@ from service.identity import service as identity
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import redirect_uri_problem
 from service.identity.models import User
-from service.identity.oauth_provider import DatabaseOAuthProvider, PendingAuthorization
+from service.identity.oauth_provider import MAX_AUTHZ_LENGTH, DatabaseOAuthProvider, PendingAuthorization
 from service.identity.oidc.login import OidcLogin
 from service.identity.paths import consent_path, safe_next_path
 from service.identity.sign_in import SignInRefused
@@ -72,7 +72,11 @@ def _login_request(
 
 
 async def _login_asked(
-    oidc: OidcDep, oauth: OAuthDep, pages: PagesDep, authz: str | None = None, next: str | None = None
+    oidc: OidcDep,
+    oauth: OAuthDep,
+    pages: PagesDep,
+    authz: Annotated[str | None, Query(max_length=MAX_AUTHZ_LENGTH)] = None,
+    next: str | None = None,
 ) -> LoginRequest:
     return _login_request(oidc, oauth, pages, authz, next)
 
@@ -83,7 +87,7 @@ async def _login_posted(
     pages: PagesDep,
     form_pages: FormPagesDep,
     csrf_valid: CsrfValid,
-    authz: OptionalForm = None,
+    authz: Annotated[str | None, Form(max_length=MAX_AUTHZ_LENGTH)] = None,
     next: OptionalForm = None,
 ) -> LoginRequest:
     """As `_login_asked`, then the CSRF check: a failed one shows the form again."""
@@ -193,13 +197,13 @@ def _opened(oauth: DatabaseOAuthProvider, pages: Pages, authz: str) -> Authoriza
 
 
 async def _consent_asked(
-    oauth: OAuthDep, pages: PagesDep, authz: Annotated[str, Query(max_length=8192)]
+    oauth: OAuthDep, pages: PagesDep, authz: Annotated[str, Query(max_length=MAX_AUTHZ_LENGTH)]
 ) -> Authorization:
     return _opened(oauth, pages, authz)
 
 
 async def _consent_answered(
-    oauth: OAuthDep, pages: PagesDep, authz: Annotated[str, Form(max_length=8192)]
+    oauth: OAuthDep, pages: PagesDep, authz: Annotated[str, Form(max_length=MAX_AUTHZ_LENGTH)]
 ) -> Authorization:
     return _opened(oauth, pages, authz)
 

@@ -45,6 +45,14 @@ from service.identity.secrets import digest, new_id, new_secret
 from service.identity.token_cache import TokenCache
 
 AUTHORIZE_REQUEST_MAX_AGE_SECONDS = 900
+MAX_CLIENT_ID_LENGTH = 64  # the column's length; the SDK issues 36-character UUIDs
+# Bounds on what an /authorize request carries, far above what clients send (a state is a random
+# value of some 20-60 characters; an S256 code challenge is 43), and small enough that the sealed
+# request always fits MAX_AUTHZ_LENGTH, the most the login and consent pages accept.
+MAX_STATE_LENGTH = 1024
+MAX_SCOPE_LENGTH = 1024  # the requested scopes, space-separated
+MAX_CODE_CHALLENGE_LENGTH = 128  # the column's length, and RFC 7636's longest code verifier
+MAX_AUTHZ_LENGTH = 8192
 # Dynamic registration as /register serves it, and the client auth methods /token and /revoke accept.
 REGISTRATION_OPTIONS = ClientRegistrationOptions(enabled=True)
 TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"]
@@ -92,6 +100,17 @@ class PendingAuthorization:
         return urlsplit(self.redirect_uri).netloc or self.redirect_uri
 
 
+def authorization_params_too_long(params: AuthorizationParams) -> str | None:
+    """What part of an authorization request is over its bound, said for the client; None if none."""
+    if params.state is not None and len(params.state) > MAX_STATE_LENGTH:
+        return f"state is at most {MAX_STATE_LENGTH} characters"
+    if len(" ".join(params.scopes or [])) > MAX_SCOPE_LENGTH:
+        return f"scope is at most {MAX_SCOPE_LENGTH} characters"
+    if len(params.code_challenge) > MAX_CODE_CHALLENGE_LENGTH:
+        return f"code_challenge is at most {MAX_CODE_CHALLENGE_LENGTH} characters"
+    return None
+
+
 def _epoch(token: Token) -> int | None:
     return int(token.expires_at.timestamp()) if token.expires_at else None
 
@@ -128,6 +147,8 @@ class DatabaseOAuthProvider:
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         """The registration without its secret, which only `client_secret_matches` can check."""
+        if not identity.could_be_stored(client_id, MAX_CLIENT_ID_LENGTH):
+            return None  # unknown, as any id never registered
         async with self._sessions() as session:
             row = await session.get(OAuthClient, client_id)
         return OAuthClientInformationFull.model_validate_json(row.info_json) if row else None
@@ -147,6 +168,8 @@ class DatabaseOAuthProvider:
             )
 
     async def client_secret_matches(self, client_id: str, secret: str) -> bool:
+        if not identity.could_be_stored(client_id, MAX_CLIENT_ID_LENGTH):
+            return False
         async with self._sessions() as session:
             row = await session.get(OAuthClient, client_id)
         if row is None or row.client_secret_hash is None:
@@ -156,6 +179,9 @@ class DatabaseOAuthProvider:
     # -- authorization ---------------------------------------------------------------------
 
     async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+        too_long = authorization_params_too_long(params)
+        if too_long is not None:
+            raise AuthorizeError("invalid_request", too_long)
         if params.resource is not None and params.resource.rstrip("/") != self._resource_url:
             raise AuthorizeError("invalid_target", "this server only issues tokens for its own MCP endpoint")
         params = params.model_copy(update={"resource": self._resource_url})
@@ -166,7 +192,13 @@ class DatabaseOAuthProvider:
                 "params": params.model_dump(mode="json"),
             }
         )
+        if len(sealed) > MAX_AUTHZ_LENGTH:  # escaped non-ASCII text grows; the pages could not take it
+            raise AuthorizeError("invalid_request", "the authorization request is too long")
         return f"{self._public_base_url}/login?authz={sealed}"
+
+    def sends_to_sign_in(self, location: str | None) -> bool:
+        """Whether `location` is where `authorize` sends a valid request: our sign-in page."""
+        return location is not None and location.startswith(f"{self._public_base_url}/login?authz=")
 
     def open_pending(self, sealed: str) -> PendingAuthorization | None:
         """The authorization request sealed by `authorize`, or None if forged or too old."""

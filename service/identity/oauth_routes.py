@@ -1,15 +1,20 @@
-"""The OAuth endpoints we serve ahead of the SDK's: /register, /token and the server metadata.
+"""The OAuth endpoints we serve ahead of the SDK's: /register, /authorize, /token and the server
+metadata.
 
 Each reuses the SDK's own handler and wraps it as the SDK does (CORS, request body limit); what
-differs is /register's rate limit per client address, client secrets checked against their
-digests at /token, and metadata that names every token endpoint auth method /token accepts.
+differs is /register's rate limit per client address, /authorize answering an invalid request
+with an error page instead of a redirect, client secrets checked against their digests at /token,
+and metadata that names every token endpoint auth method /token accepts.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import APIRouter
+from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.metadata import MetadataHandler
 from mcp.server.auth.handlers.register import RegistrationHandler
 from mcp.server.auth.handlers.token import TokenHandler
@@ -27,6 +32,7 @@ from service.dependencies import (
     get_client_addresses,
     get_oauth,
     get_oidc,
+    get_pages,
     get_registration_limiter,
     get_settings,
 )
@@ -66,6 +72,55 @@ async def register(request: Request) -> Response:
     return await RegistrationHandler(await get_oauth(request), options=REGISTRATION_OPTIONS).handle(request)
 
 
+MAX_SHOWN_DESCRIPTION = 300  # of the SDK's error description, which may quote the request
+
+
+def _authorization_error(answer: Response) -> tuple[str, str]:
+    """The SDK's (error, description) from its error answer: a redirect to the client carrying them
+    in its query, or a JSON body."""
+    location = answer.headers.get("location")
+    if location is not None:
+        fields = {key: values[0] for key, values in parse_qs(urlsplit(location).query).items()}
+    else:
+        try:
+            body = json.loads(bytes(answer.body))
+        except ValueError:
+            body = None
+        fields = body if isinstance(body, dict) else {}
+    error, description = fields.get("error"), fields.get("error_description")
+    return (
+        error if isinstance(error, str) else "invalid_request",
+        description if isinstance(description, str) else "",
+    )
+
+
+async def authorize(request: Request) -> Response:
+    """The SDK's /authorize, except that only a valid request leaves it by redirect (to sign in).
+
+    The SDK sends most invalid requests back to the client's redirect URI with an error (RFC 6749
+    §4.1.2.1); as anyone may register a client with any https redirect URI, that makes /authorize
+    an open redirector (RFC 9700 §4.11.2), so here every invalid request gets an error page. Errors
+    after the user signed in and chose the client (access_denied) still go back to it.
+    """
+    if await get_oidc(request) is not None:
+        return JSONResponse(NOT_SERVED, status_code=404)
+    oauth = await get_oauth(request)
+    answer: Response = await AuthorizationHandler(oauth).handle(request)
+    if oauth.sends_to_sign_in(answer.headers.get("location")):
+        return answer
+    error, description = _authorization_error(answer)
+    pages = await get_pages(request)
+    page = pages.message(
+        "Authorization request refused",
+        f"Your MCP client's authorization request is invalid ({error}"
+        + (f": {description[:MAX_SHOWN_DESCRIPTION]}" if description else "")
+        + "). Start again from your MCP client, or tell its developer.",
+        status_code=500 if error == "server_error" else 400,
+    )
+    page.headers["Cache-Control"] = "no-store"
+    return page
+
+
 async def token(request: Request) -> Response:
     if await get_oidc(request) is not None:
         return JSONResponse(NOT_SERVED, status_code=404)
@@ -96,6 +151,12 @@ async def authorization_server_metadata(request: Request) -> Response:
 router.routes.extend(
     [
         Route("/register", _as_sdk_serves_it(register, ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
+        # As the SDK serves it: body limit, no CORS (browsers are sent here, scripts never call it).
+        Route(
+            "/authorize",
+            RequestBodyLimitMiddleware(request_response(authorize), DEFAULT_MAX_REQUEST_BODY_SIZE),
+            methods=["GET", "POST"],
+        ),
         Route("/token", _as_sdk_serves_it(token, ["POST", "OPTIONS"]), methods=["POST", "OPTIONS"]),
         Route(
             "/.well-known/oauth-authorization-server",

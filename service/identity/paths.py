@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from urllib.parse import urlencode
 
+# Far longer than any path of ours; a longer `next` is ignored, as an unsafe one is, so a sign-in
+# never answers with a Location header as long as the form it was sent.
+MAX_NEXT_PATH_LENGTH = 2048
+
 
 def safe_next_path(value: str | None) -> str | None:
-    """Only same-origin absolute paths: an open redirect here would be a phishing tool."""
-    if value and value.startswith("/") and not value.startswith(("//", "/\\")):
+    """Only same-origin absolute paths, of a bounded length: an open redirect here would be a
+    phishing tool."""
+    if (
+        value
+        and len(value) <= MAX_NEXT_PATH_LENGTH
+        and value.startswith("/")
+        and not value.startswith(("//", "/\\"))
+    ):
         return value
     return None
 

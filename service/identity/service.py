@@ -17,6 +17,7 @@ from service.identity.passwords import HashingBusy, PasswordHashing
 from service.identity.secrets import digest, new_id, new_secret
 
 PERSONAL_TOKEN_CLIENT_ID = "personal-access-token"  # noqa: S105 - a client id
+MAX_USERNAME_LENGTH = 150  # the column's length, and USERNAME_PATTERN's
 USERNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,149}$")
 MAX_PASSWORD_LENGTH = 1024  # what the login form accepts
 # Not an argon2 hash, so no password ever matches it (the check fails as an invalid hash).
@@ -54,7 +55,15 @@ async def create_user(
     return user
 
 
+def could_be_stored(key: str, max_length: int) -> bool:
+    """Whether `key` could be a stored name or id: no NUL (PostgreSQL refuses one in text, so the
+    lookup itself would fail) and no longer than its column."""
+    return len(key) <= max_length and "\x00" not in key
+
+
 async def get_user_by_username(session: AsyncSession, username: str) -> User | None:
+    if not could_be_stored(username, MAX_USERNAME_LENGTH):
+        return None
     result = await session.exec(select(User).where(User.username == username))
     return result.first()
 

@@ -33,10 +33,10 @@ from service.settings import McpSettings, Settings
 def _auth(
     settings: Settings, oauth: DatabaseOAuthProvider, external: ExternalTokenVerifier | None
 ) -> dict[str, Any]:
-    """Built-in server: the SDK serves /authorize; /token, /register, /revoke and the server
-    metadata are ours (service/identity/oauth_routes.py, endpoints.py), so the SDK's registration
-    and revocation routes are off. External issuer: only the protected-resource metadata, naming
-    that issuer; our verifier checks the audience itself."""
+    """Built-in server: /authorize, /token, /register, /revoke and the server metadata are ours
+    (service/identity/oauth_routes.py, endpoints.py; /authorize wraps the SDK's handler), so the
+    SDK's registration and revocation routes are off. External issuer: only the protected-resource
+    metadata, naming that issuer; our verifier checks the audience itself."""
     if external is not None:
         return {
             "token_verifier": external,

@@ -39,4 +39,5 @@ class CsrfProtect:
         nonce = request.cookies.get(self._cookies.name(CSRF_COOKIE))
         if not nonce or not form_token:
             return False
-        return hmac.compare_digest(self._mac(nonce), form_token)
+        # Bytes, not str: compare_digest raises TypeError on a str holding non-ASCII characters.
+        return hmac.compare_digest(self._mac(nonce).encode(), form_token.encode())

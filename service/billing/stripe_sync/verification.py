@@ -63,6 +63,9 @@ def _signed_at(signature: str) -> int | None:
 def verify_event(payload: bytes, signature: str | None, checks: WebhookChecks) -> StripeEventData:
     if not signature:
         raise WebhookRejected("missing_signature", "missing Stripe-Signature header")
+    if not signature.isascii():
+        # Stripe's headers are ASCII; the SDK's str comparison would raise TypeError on anything else.
+        raise WebhookRejected("bad_signature", "the Stripe-Signature header is not ASCII")
     signed_at = _signed_at(signature)
     if signed_at is not None and signed_at > time.time() + checks.future_skew_seconds:
         raise WebhookRejected("future_timestamp", "the signature's timestamp is in the future")

@@ -128,3 +128,13 @@ async def test_a_chunked_body_over_the_limit_is_refused_before_it_ends(service: 
     )
     assert status == 413
     assert json.loads(body)["error"] == "request_too_large"
+
+
+async def test_a_signature_header_with_a_non_ascii_byte_is_a_bad_signature(service: RunningService) -> None:
+    body = event_body("evt_latin1", "invoice.created", INVOICE)
+    async with service.http() as http:
+        for signature in (b"t=1,v1=\xe9", f"t={int(time.time())},v1=\xe9".encode("latin-1")):
+            response = await http.post(WEBHOOK_PATH, content=body, headers={b"Stripe-Signature": signature})
+            assert (response.status_code, response.json()) == (400, REFUSED)
+    assert rejections(service, "bad_signature") == 2
+    assert await service.rows(StripeEvent, id="evt_latin1") == []

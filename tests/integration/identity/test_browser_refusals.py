@@ -80,3 +80,17 @@ async def test_an_expired_sign_in_link_is_named_before_sign_in_or_csrf(service: 
     for page in pages:
         assert page.status_code == 400
         assert "Sign-in link expired" in page.text
+
+
+async def test_a_non_ascii_csrf_token_is_refused_like_any_forged_one(service: RunningService) -> None:
+    await service.add_user("ida")
+    forms = ["/login", "/logout", "/billing", "/pay/el_gone", "/pay/el_gone/credits", "/pay/el_gone/restart"]
+    async with service.http() as browser:
+        await log_in_through_form(browser, "/login", "ida", DEFAULT_PASSWORD)
+        for path in forms:
+            fields = {"username": "ida", "password": "wrong", "pack_id": "calls_100"}
+            forged = await browser.post(path, data={**fields, "csrf_token": "forged"})
+            accented = await browser.post(path, data={**fields, "csrf_token": "é"})
+            assert accented.status_code == forged.status_code != 500, (path, accented.text)
+            assert accented.headers.get("location") == forged.headers.get("location"), path
+        assert "signed in as ida" in (await browser.get("/account")).text

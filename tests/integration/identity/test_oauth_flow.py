@@ -11,7 +11,8 @@ from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider, TokenS
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
-from tests.support.browserless import log_in_through_form, sign_in_and_allow
+from service.identity.paths import MAX_NEXT_PATH_LENGTH
+from tests.support.browserless import csrf_token, log_in_through_form, sign_in_and_allow
 from tests.support.oauth import (
     REDIRECT_URI,
     authorize,
@@ -153,8 +154,9 @@ async def test_authorize_refuses_tokens_for_another_resource(service: RunningSer
         response = await authorize(
             service, http, client["client_id"], challenge, resource="https://elsewhere.example/mcp"
         )
-    assert response.status_code == 302
-    assert query_of(response.headers["location"])["error"] == "invalid_target"
+    assert response.status_code == 400
+    assert "location" not in response.headers
+    assert "(invalid_target: " in response.text
 
 
 async def test_wrong_password_and_missing_csrf_are_refused(service: RunningService) -> None:
@@ -191,3 +193,24 @@ async def test_login_refuses_open_redirects(service: RunningService) -> None:
         done = await log_in_through_form(http, "/login?next=//evil.example/x", "frank", DEFAULT_PASSWORD)
     assert done.status_code == 303
     assert done.headers["location"] == "/account"
+
+
+async def test_an_over_long_next_is_ignored_like_an_unsafe_one(service: RunningService) -> None:
+    await service.add_user("gina")
+    long_next = "/" + "a" * MAX_NEXT_PATH_LENGTH
+    async with service.http() as http:
+        page = await http.get("/login", params={"next": long_next})
+        assert page.status_code == 200
+        assert 'name="next"' not in page.text
+        fields = {"csrf_token": csrf_token(page.text), "username": "gina", "password": DEFAULT_PASSWORD}
+        done = await http.post("/login", data={**fields, "next": "/" + "a" * 900_000})
+        assert (done.status_code, done.headers["location"]) == (303, "/account")
+        token = csrf_token((await http.get("/login")).text)
+        out = await http.post("/logout", data={"csrf_token": token, "next": long_next})
+        assert (out.status_code, out.headers["location"]) == (303, "/login")
+        # The longest path still allowed is honoured.
+        kept = "/" + "b" * (MAX_NEXT_PATH_LENGTH - 1)
+        again = await http.get("/login", params={"next": kept})
+        fields = {"csrf_token": csrf_token(again.text), "username": "gina", "password": DEFAULT_PASSWORD}
+        back = await http.post("/login", data={**fields, "next": kept})
+        assert (back.status_code, back.headers["location"]) == (303, kept)

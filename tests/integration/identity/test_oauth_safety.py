@@ -273,3 +273,42 @@ async def test_consent_page_sends_a_signed_out_browser_to_sign_in(service: Runni
         page = await stranger.get("/authorize/consent", params={"authz": authz})
     assert page.status_code == 303
     assert page.headers["location"].startswith("/login?authz=")
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ({}, "invalid_request"),
+        ({"response_type": "token"}, "unsupported_response_type"),
+        ({"scope": "not-registered"}, "invalid_scope"),
+        ({"resource": "https://elsewhere.example/mcp"}, "invalid_target"),
+        ({"code_challenge_method": "plain"}, "invalid_request"),
+    ],
+    ids=["bare", "response-type", "scope", "resource", "pkce-method"],
+)
+async def test_an_invalid_authorization_request_is_never_redirected(
+    service: RunningService, params: dict[str, str], error: str
+) -> None:
+    """Anyone can register any https redirect URI, so an error redirect would be an open redirect."""
+    async with service.http() as browser:
+        client = await register(browser, redirect_uris=[EVIL_REDIRECT])
+        query = {"client_id": client["client_id"], "state": "passed-through", **params}
+        if params:  # otherwise valid
+            query |= {"response_type": "code", "code_challenge": pkce_pair()[1], **params}
+        for answer in (
+            await browser.get("/authorize", params=query),
+            await browser.post("/authorize", data=query),
+        ):
+            assert answer.status_code == 400, answer.headers.get("location")
+            assert "location" not in answer.headers
+            assert answer.headers["content-type"].startswith("text/html")
+            assert f"({error}" in answer.text
+            assert "passed-through" not in answer.text
+            assert answer.headers["cache-control"] == "no-store"
+        # The same request made valid goes on to sign in.
+        valid = {**query, "response_type": "code", "code_challenge": pkce_pair()[1]}
+        for name in ("scope", "resource", "code_challenge_method"):
+            valid.pop(name, None)
+        to_login = await browser.get("/authorize", params=valid)
+    assert to_login.status_code == 302
+    assert to_login.headers["location"].startswith(f"{service.base_url}/login?authz=")

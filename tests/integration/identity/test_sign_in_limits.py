@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -206,3 +207,35 @@ async def test_throttling_keys_on_the_forwarded_client(database_url: str) -> Non
             assert (
                 await post_login(http, fields, "innocent", DEFAULT_PASSWORD, **neighbour)
             ).status_code == 303
+
+
+async def test_a_username_with_a_nul_is_an_unknown_user(database_url: str) -> None:
+    async with run_service(database_url) as service:
+        await service.add_user("alice")
+        async with service.http() as http:
+            fields = await login_form(http)
+            refused = await post_login(http, fields, "al\x00ice", DEFAULT_PASSWORD)
+        assert refused.status_code == 401
+        assert "Wrong username or password." in refused.text
+        failures = await audit_details(service, AuditKind.SIGN_IN_FAILED)
+        assert failures == [(None, {"client_ip": "127.0.0.1", "unknown_user": True})]
+
+
+@pytest.mark.parametrize("client_id", ["a\x00b", "c" * 65], ids=["nul", "over-long"])
+async def test_an_impossible_client_id_is_an_unknown_client(database_url: str, client_id: str) -> None:
+    async with run_service(database_url, sign_in_ip_failures=2) as service, service.http() as http:
+        unknown = {"client_id": "never-registered", "token": "t", "grant_type": "refresh_token"}
+        impossible = {**unknown, "client_id": client_id, "refresh_token": "r"}
+        for path in ("/revoke", "/token"):
+            expected = await http.post(path, data=unknown)
+            answer = await http.post(path, data=impossible)
+            assert (answer.status_code, answer.json()["error"]) == (
+                expected.status_code,
+                expected.json()["error"],
+            ), path
+        # Both refused /token requests counted against the address, as any unknown client does.
+        assert (await http.post("/token", data=impossible)).status_code == 429
+        query = {"response_type": "code", "code_challenge": "x" * 43, "client_id": client_id}
+        authorized = await http.get("/authorize", params=query)
+        assert authorized.status_code == 400
+        assert "(invalid_request: " in authorized.text
