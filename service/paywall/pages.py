@@ -328,21 +328,30 @@ async def _read_checkout_plan(
         )
 
 
+@dataclass(frozen=True)
+class NoPaymentYet:
+    """Nothing paid or being paid for the chosen plan: a new Checkout Session is due."""
+
+    superseded: str | None = None  # the link's open Checkout Session for another plan, to expire
+
+
 async def _existing_payment(
     checks: PaymentChecks, gateway: StripeGateway, found: CheckoutPlan
-) -> Response | None:
+) -> Response | NoPaymentYet:
     """What to do instead of a new Checkout Session, if the user already paid or is paying (Stripe reads)."""
     elicitation = found.elicitation
+    superseded = None
     if elicitation.checkout_session_id is not None:
         current = await gateway.retrieve_checkout_session(elicitation.checkout_session_id)
-        if field_of(field_of(current, "metadata"), "plan_id") not in (None, found.plan.id):
-            pass  # that checkout is for another plan than the one chosen now
-        elif current.status == "complete":
-            return _waiting_for_confirmation(checks.pages)
-        if current.status == "open" and current.url:
-            return RedirectResponse(gateway.checkout_url(current), status_code=303)
+        if field_of(field_of(current, "metadata"), "plan_id") in (None, found.plan.id):
+            if current.status == "complete":
+                return _waiting_for_confirmation(checks.pages)
+            if current.status == "open" and current.url:
+                return RedirectResponse(gateway.checkout_url(current), status_code=303)
+        elif current.status == "open":
+            superseded = current.id  # for another plan than the one chosen now: replaced below
     if found.customer_id is None:
-        return None
+        return NoPaymentYet(superseded)
     live_plans = {
         plan_id
         for subscription in await gateway.list_subscriptions(found.customer_id)
@@ -357,7 +366,24 @@ async def _existing_payment(
             found.customer_id, return_url=f"{checks.settings.http.public_base_url}/pay/{elicitation.id}"
         )
         return RedirectResponse(url, status_code=303)
-    return None
+    return NoPaymentYet(superseded)
+
+
+async def _expire_superseded(gateway: StripeGateway, elicitation_id: str, checkout_id: str) -> None:
+    """Expire the checkout a new one for another plan replaced, so the user cannot pay for both.
+
+    Called once the link names the new checkout, so the old one's `checkout.session.expired`
+    webhook no longer matches the link and leaves it open. A failure only leaves the old
+    checkout to run out by itself; the new one is already the link's."""
+    try:
+        await gateway.expire_checkout_session(checkout_id)
+    except stripe.StripeError as exc:
+        logger.warning(
+            "could not expire checkout %s replaced for elicitation %s: %s",
+            checkout_id,
+            elicitation_id,
+            type(exc).__name__,
+        )
 
 
 @router.post("/pay/{elicitation_id}", dependencies=[PayFormChecked])
@@ -379,7 +405,7 @@ async def start_checkout(
     elicitation = found.elicitation
     try:
         instead = await _existing_payment(checks, gateway, found)
-        if instead is not None:
+        if not isinstance(instead, NoPaymentYet):
             return instead
         customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
         now = utcnow()
@@ -416,6 +442,8 @@ async def start_checkout(
     await _remember_checkout(
         sessions, found, elicitation.id, attempt, customer_id, checkout.id, plan_checkout=True
     )
+    if instead.superseded is not None and instead.superseded != checkout.id:
+        await _expire_superseded(gateway, elicitation.id, instead.superseded)
     metrics.checkout_created(found.plan.id)
     return RedirectResponse(url, status_code=303)
 

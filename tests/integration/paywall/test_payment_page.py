@@ -170,3 +170,25 @@ async def test_checkout_rate_limit_is_a_429_with_retry_after(database_url: str) 
         assert limited.headers["retry-after"] == "3600"
         assert len(await service.rows(AuditEvent, kind="rate_limited")) == 1
         assert len((await service.stripe.v1.checkout.sessions.list_async()).data) == 1
+
+
+async def test_choosing_another_plan_replaces_the_open_checkout(service: RunningService) -> None:
+    url = await elicit(service, "ivy")
+    path = urlsplit(url).path
+    async with service.http() as browser:
+        await log_in_through_form(browser, f"/login?next={path}", "ivy", DEFAULT_PASSWORD)
+        page = await browser.get(path)
+        pro = await browser.post(path, data={"csrf_token": csrf_token(page.text)})
+        page = await browser.get(path)  # the user comes back and picks Team instead
+        team = await browser.post(path, data={"csrf_token": csrf_token(page.text), "plan_id": "team"})
+    assert pro.status_code == team.status_code == 303
+    pro_id = checkout_session_id(pro.headers["location"])
+    team_id = checkout_session_id(team.headers["location"])
+    assert team_id != pro_id
+    team_checkout = await service.stripe.v1.checkout.sessions.retrieve_async(team_id)
+    assert team_checkout.metadata["plan_id"] == "team"
+    # The Pro checkout can no longer be paid besides, and the link now waits for the Team one.
+    assert (await service.stripe.v1.checkout.sessions.retrieve_async(pro_id)).status == "expired"
+    await service.sandbox.deliver_pending(within=10)
+    [row] = await service.rows(Elicitation)
+    assert row.checkout_session_id == team_id and row.status == "open"
