@@ -45,7 +45,7 @@ from service.dependencies import (
 from service.identity.models import User
 from service.identity.paths import login_path
 from service.identity.service import browser_session_user
-from service.paywall.elicitations import RateLimited, restart
+from service.paywall.elicitations import RateLimited, is_elicitation_id, restart
 from service.paywall.gate import Paywall
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.settings import Settings
@@ -112,7 +112,9 @@ async def _checked(
 ) -> Elicitation | Response:
     """The elicitation if this browser's user may pay for it, otherwise the page to show instead."""
     pages = checks.pages
-    elicitation = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
+    elicitation = (
+        await session.get(Elicitation, elicitation_id) if is_elicitation_id(elicitation_id) else None
+    )
     if elicitation is None:
         return pages.message(
             "Payment link not found",
@@ -589,7 +591,7 @@ async def restart_expired(
     metrics: MetricsDep,
 ) -> Response:
     """A fresh elicitation in place of an expired one, owed to the same MCP sessions."""
-    old = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
+    old = await session.get(Elicitation, elicitation_id) if is_elicitation_id(elicitation_id) else None
     expired = old is not None and (
         old.status == ElicitationStatus.EXPIRED.value
         or (old.status == ElicitationStatus.OPEN.value and old.expires_at <= utcnow())

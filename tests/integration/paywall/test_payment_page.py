@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from mcp import MCPError, UrlElicitationRequiredError
+from sqlalchemy import event
 
 from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
@@ -58,6 +59,32 @@ async def test_unknown_link(service: RunningService) -> None:
         page = await browser.get("/pay/el_doesnotexist")
     assert page.status_code == 404
     assert "does not exist" in page.text
+
+
+async def test_a_link_not_shaped_like_our_ids_is_not_found_without_a_query(
+    service: RunningService,
+) -> None:
+    await service.add_user("bea")
+    lookups: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if "FROM elicitation" in statement:
+            lookups.append(statement)
+
+    async with service.http() as browser:
+        await log_in_through_form(browser, "/login", "bea", DEFAULT_PASSWORD)
+        form = await browser.get("/login")
+        engine = service.runtime.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", note)
+        try:
+            # A NUL byte is a DataError on PostgreSQL, were it ever sent there.
+            pages = [await browser.get(f"/pay/{raw}") for raw in ("el_%00x", "el_" + "%00" * 32, "x" * 35)]
+            restarted = await browser.post("/pay/el_%00x/restart", data={"csrf_token": csrf_token(form.text)})
+        finally:
+            event.remove(engine, "before_cursor_execute", note)
+    assert [page.status_code for page in pages] == [404, 404, 404]
+    assert restarted.status_code == 404
+    assert lookups == []
 
 
 async def test_expired_link_offers_a_fresh_start(service: RunningService) -> None:
