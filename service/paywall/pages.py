@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.audit.sampling import AuditSampler
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
 from service.billing.plans import Plan, PlanCatalog
@@ -33,6 +34,7 @@ from service.dependencies import (
     CsrfChecked,
     FormPagesDep,
     MetricsDep,
+    PageAuditsDep,
     PagesDep,
     PaywallDep,
     SessionDep,
@@ -73,6 +75,7 @@ class PaymentChecks:
     paywall: Paywall
     settings: Settings
     client_ip: str | None
+    audits: AuditSampler  # which views and refusals get an audit row
 
 
 async def _payment_checks(
@@ -82,8 +85,9 @@ async def _payment_checks(
     paywall: PaywallDep,
     settings: SettingsDep,
     client_ip: ClientIp,
+    audits: PageAuditsDep,
 ) -> PaymentChecks:
-    return PaymentChecks(pages, form_pages, catalog, paywall, settings, client_ip)
+    return PaymentChecks(pages, form_pages, catalog, paywall, settings, client_ip, audits)
 
 
 PaymentChecksDep = Annotated[PaymentChecks, Depends(_payment_checks)]
@@ -107,10 +111,33 @@ async def _sign_in_to_pay(request: Request, _: Pages) -> Response:
 PayFormChecked = Depends(CsrfChecked(_form_expired))
 
 
+async def _sampled(
+    checks: PaymentChecks,
+    session: AsyncSession,
+    kind: AuditKind,
+    user_id: str,
+    elicitation_id: str,
+    **detail: str | None,
+) -> None:
+    """An audit row for the first such event of this user and link, then one per interval with
+    the number of events it stands for: a signed-in user can repeat these as often as they like."""
+    count = checks.audits.take((user_id, elicitation_id, kind))
+    if count is not None:
+        await record(session, kind, user_id=user_id, elicitation_id=elicitation_id, count=count, **detail)
+
+
 async def _checked(
-    checks: PaymentChecks, session: AsyncSession, user: User, elicitation_id: str
+    checks: PaymentChecks,
+    session: AsyncSession,
+    user: User,
+    elicitation_id: str,
+    *,
+    pay_attempt: bool = False,
 ) -> Elicitation | Response:
-    """The elicitation if this browser's user may pay for it, otherwise the page to show instead."""
+    """The elicitation if this browser's user may pay for it, otherwise the page to show instead.
+
+    `pay_attempt`: a press of a pay button, which counts toward its limit even on another
+    account's link."""
     pages = checks.pages
     elicitation = (
         await session.get(Elicitation, elicitation_id) if is_elicitation_id(elicitation_id) else None
@@ -122,11 +149,16 @@ async def _checked(
             status_code=404,
         )
     if elicitation.user_id != user.id:
-        await record(
+        if pay_attempt:
+            refused = await _pay_attempts_exceeded(checks, session, user.id, elicitation.id)
+            if refused is not None:
+                return refused
+        await _sampled(
+            checks,
             session,
             AuditKind.IDENTITY_MISMATCH,
-            user_id=user.id,
-            elicitation_id=elicitation.id,
+            user.id,
+            elicitation.id,
             owner=elicitation.user_id,
             client_ip=checks.client_ip,
         )
@@ -160,10 +192,12 @@ async def _payable(
     user: User,
     elicitation_id: str,
     plan_id: str | None = None,
+    *,
+    pay_attempt: bool = False,
 ) -> tuple[Elicitation, Plan] | Response:
     """The elicitation and the plan to pay for (its own, or `plan_id` if that also unlocks its
     tool), or the page to show instead."""
-    checked = await _checked(checks, session, user, elicitation_id)
+    checked = await _checked(checks, session, user, elicitation_id, pay_attempt=pay_attempt)
     if not isinstance(checked, Elicitation):
         return checked
     wanted = plan_id or checked.plan_id
@@ -202,7 +236,7 @@ async def payment_page(
     if not isinstance(payable, tuple):
         return payable
     checked, plan = payable
-    await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
+    await _sampled(checks, session, AuditKind.PAGE_OPENED, user.id, checked.id)
     grace = timedelta(seconds=checks.settings.billing.past_due_grace_seconds)
     owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
     return checks.form_pages.render(
@@ -305,7 +339,7 @@ async def _read_checkout_plan(
         user = await browser_session_user(session, secret)
         if user is None:
             return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
-        payable = await _payable(checks, session, user, elicitation_id, plan_id)
+        payable = await _payable(checks, session, user, elicitation_id, plan_id, pay_attempt=True)
         if not isinstance(payable, tuple):
             return payable
         elicitation, plan = payable
@@ -458,7 +492,7 @@ async def _read_credit_checkout(
         user = await browser_session_user(session, secret)
         if user is None:
             return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
-        payable = await _payable(checks, session, user, elicitation_id)
+        payable = await _payable(checks, session, user, elicitation_id, pay_attempt=True)
         if not isinstance(payable, tuple):
             return payable
         elicitation, plan = payable

@@ -219,3 +219,31 @@ async def test_choosing_another_plan_replaces_the_open_checkout(service: Running
     await service.sandbox.deliver_pending(within=10)
     [row] = await service.rows(Elicitation)
     assert row.checkout_session_id == team_id and row.status == "open"
+
+
+async def test_repeated_views_and_refusals_are_sampled_and_pay_presses_counted(
+    database_url: str,
+) -> None:
+    async with run_service(database_url, max_pay_attempts_per_user_per_hour=3) as service:
+        url = await elicit(service, "ada")
+        await service.add_user("ben")
+        path = urlsplit(url).path
+        async with service.http() as ada:
+            await log_in_through_form(ada, f"/login?next={path}", "ada", DEFAULT_PASSWORD)
+            opened = [(await ada.get(path)).status_code for _ in range(30)]
+        async with service.http() as ben:
+            await log_in_through_form(ben, "/login", "ben", DEFAULT_PASSWORD)
+            viewed = [(await ben.get(path)).status_code for _ in range(30)]
+            form = await ben.get("/login")
+            pressed = [
+                (await ben.post(path, data={"csrf_token": csrf_token(form.text)})).status_code
+                for _ in range(4)
+            ]
+        assert opened == [200] * 30 and viewed == [403] * 30
+        # Presses on another account's link count toward the pay button's limit like any other.
+        assert pressed == [403, 403, 403, 429]
+        [page_opened] = await service.rows(AuditEvent, kind="payment_page_opened")
+        [mismatch] = await service.rows(AuditEvent, kind="identity_mismatch")
+        assert '"count": 1' in page_opened.detail and '"count": 1' in mismatch.detail
+        assert len(await service.rows(AuditEvent, kind="checkout_attempt")) == 3
+        assert (await service.stripe.v1.checkout.sessions.list_async()).data == []
