@@ -297,6 +297,9 @@ class BillingSettings(Section):
 
     plans_file: Path = DEFAULT_PLANS_FILE
     """The plan catalog (TOML); the default is the built-in `default_plans.toml`."""
+    max_portal_sessions_per_user_per_hour: int = Field(default=10, ge=1, le=10_000)
+    """Billing portal sessions `POST /billing` may create for one user in an hour, counted before any
+    Stripe call; beyond them, 429."""
     past_due_grace_seconds: int = Field(default=3 * 24 * 3600, ge=0)
     """Access kept while a subscription is `past_due`."""
     entitlement_cache_seconds: float = Field(default=30.0, ge=0)
