@@ -478,6 +478,8 @@ class IdentitySettings(Section):
     """Dynamic client registrations one client address may make per hour, on each replica."""
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
     """Login cookie lifetime."""
+    max_browser_sessions_per_user: int = Field(default=20, ge=1, le=1000)
+    """Live browser sessions one user may have; signing in past this ends the oldest."""
     personal_token_ttl_days: int = Field(default=90, ge=1, le=3650)
     """Lifetime of `tokens create` without `--expires-in-days`; a token that never expires needs
     `--never-expires`."""
