@@ -213,7 +213,7 @@ async def test_choosing_another_plan_replaces_the_open_checkout(service: Running
     team_id = checkout_session_id(team.headers["location"])
     assert team_id != pro_id
     team_checkout = await service.stripe.v1.checkout.sessions.retrieve_async(team_id)
-    assert team_checkout.metadata["plan_id"] == "team"
+    assert team_checkout.metadata is not None and team_checkout.metadata["plan_id"] == "team"
     # The Pro checkout can no longer be paid besides, and the link now waits for the Team one.
     assert (await service.stripe.v1.checkout.sessions.retrieve_async(pro_id)).status == "expired"
     await service.sandbox.deliver_pending(within=10)
