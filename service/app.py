@@ -300,6 +300,7 @@ async def _start_runtime(
             settings.stripe, max_json_depth=settings.http.max_json_depth
         ),
         webhook_rejections=AuditSampler(settings.stripe.webhook_rejection_audit_seconds),
+        page_audits=AuditSampler(settings.paywall.page_audit_seconds),
         passwords=passwords,
         sign_in=PasswordSignIn(sessions, passwords, sign_in_throttle),
         sign_in_throttle=sign_in_throttle,

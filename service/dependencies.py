@@ -138,6 +138,11 @@ async def get_webhook_rejections(request: Request) -> AuditSampler:
     return _runtime(request).webhook_rejections
 
 
+async def get_page_audits(request: Request) -> AuditSampler:
+    """Samples which payment page views and refusals get an audit row."""
+    return _runtime(request).page_audits
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionFactoryDep = Annotated[SessionFactory, Depends(get_session_factory)]
 PagesDep = Annotated[Pages, Depends(get_pages)]
@@ -153,6 +158,7 @@ OAuthDep = Annotated[DatabaseOAuthProvider, Depends(get_oauth)]
 OidcDep = Annotated[OidcLogin | None, Depends(get_oidc)]
 SignInDep = Annotated[PasswordSignIn, Depends(get_sign_in)]
 WebhookProcessorDep = Annotated[WebhookProcessor, Depends(get_webhook_processor)]
+PageAuditsDep = Annotated[AuditSampler, Depends(get_page_audits)]
 
 
 async def get_client_ip(

@@ -1,32 +1,45 @@
-"""Sampling for audit events anyone can trigger without signing in, such as forged webhooks.
+"""Sampling for audit events a caller can repeat at will, such as forged webhooks or page views.
 
-One audit row per unauthenticated request would let a stranger fill the table at the rate they
-can post; instead the first event of each reason is recorded, then at most one per interval, each
-carrying how many events of that reason it stands for. Metrics count every event.
+One audit row per request would let a stranger (or any signed-in user) fill the table at the rate
+they can send requests; instead the first event of each key is recorded, then at most one per
+interval, each carrying how many events of that key it stands for. Metrics count every event.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+
+DEFAULT_MAX_KEYS = 10_000
 
 
 class AuditSampler:
-    def __init__(self, interval_seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        interval_seconds: float,
+        *,
+        max_keys: int = DEFAULT_MAX_KEYS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._interval = interval_seconds
+        self._max_keys = max_keys
         self._clock = clock
-        self._next_at: dict[str, float] = {}
-        self._unrecorded: dict[str, int] = {}
+        # Per key: when a row is next due, and the events since the last row. Least recently
+        # seen first, so that past `max_keys` the one forgotten is the one seen longest ago.
+        self._keys: dict[Hashable, tuple[float, int]] = {}
 
-    def take(self, reason: str) -> int | None:
+    def take(self, key: Hashable) -> int | None:
         """Count one event; when a row is due, the number of events it stands for, else None.
 
-        `reason` comes from a fixed set of labels, so the dictionaries stay small."""
-        unrecorded = self._unrecorded.get(reason, 0) + 1
+        A key forgotten past `max_keys` starts afresh: its next event is recorded, and the events
+        it had not recorded yet go uncounted in the audit (not in the metrics)."""
+        next_at, unrecorded = self._keys.pop(key, (0.0, 0))
+        unrecorded += 1
         now = self._clock()
-        if now < self._next_at.get(reason, 0.0):
-            self._unrecorded[reason] = unrecorded
+        if now < next_at:
+            self._keys[key] = (next_at, unrecorded)
             return None
-        self._next_at[reason] = now + self._interval
-        self._unrecorded[reason] = 0
+        self._keys[key] = (now + self._interval, 0)
+        while len(self._keys) > self._max_keys:
+            del self._keys[next(iter(self._keys))]
         return unrecorded

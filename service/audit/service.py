@@ -25,6 +25,7 @@ class AuditKind(StrEnum):
     IDENTITY_MISMATCH = "identity_mismatch"
     CHECKOUT_CREATED = "checkout_created"
     CHECKOUT_ATTEMPT = "checkout_attempt"  # a press of the pay button, counted for its rate limit
+    PORTAL_ATTEMPT = "billing_portal_attempt"  # a press of /billing's button, counted likewise
     WEBHOOK_ACCEPTED = "webhook_accepted"
     WEBHOOK_REJECTED = "webhook_rejected"
     ENTITLEMENT_GRANTED = "entitlement_granted"

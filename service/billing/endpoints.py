@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 
+from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
 from service.billing.redirects import UntrustedRedirect
 from service.dependencies import (
@@ -26,6 +28,8 @@ from service.web.pages import Pages
 
 router = APIRouter(tags=["billing"])
 logger = logging.getLogger("service.billing.endpoints")
+
+PORTAL_ATTEMPT_WINDOW = timedelta(hours=1)
 
 
 @router.get("/billing")
@@ -58,11 +62,23 @@ async def open_portal(
 ) -> Response:
     async with sessions() as session, session.begin():  # read, and let go before Stripe
         user = await browser_session_user(session, secret)
-        customer = await session.get(StripeCustomer, user.id) if user is not None else None
-    if user is None:
-        return RedirectResponse(login_path("/billing"), status_code=303)
-    if customer is None:
-        return pages.message("No subscription yet", "You have no subscription to manage yet.")
+        if user is None:
+            return RedirectResponse(login_path("/billing"), status_code=303)
+        customer = await session.get(StripeCustomer, user.id)
+        if customer is None:
+            return pages.message("No subscription yet", "You have no subscription to manage yet.")
+        # Counted as the pay button's presses are (audit rows, so across replicas), before Stripe.
+        attempts = await count_recent(session, AuditKind.PORTAL_ATTEMPT, user.id, PORTAL_ATTEMPT_WINDOW)
+        if attempts >= settings.billing.max_portal_sessions_per_user_per_hour:
+            await record(session, AuditKind.RATE_LIMITED, user_id=user.id, what="billing_portal")
+            response = pages.message(
+                "Too many attempts",
+                "You opened the billing portal too often in the last hour. Please try again later.",
+                status_code=429,
+            )
+            response.headers["Retry-After"] = str(int(PORTAL_ATTEMPT_WINDOW.total_seconds()))
+            return response
+        await record(session, AuditKind.PORTAL_ATTEMPT, user_id=user.id)
     try:
         url = await stripe.create_portal_session(
             customer.customer_id, return_url=f"{settings.http.public_base_url}/billing/done"

@@ -410,6 +410,11 @@ class StripeGateway:
         with self._calls.timed("retrieve_checkout_session"):
             return await self._client.v1.checkout.sessions.retrieve_async(session_id)
 
+    async def expire_checkout_session(self, session_id: str) -> None:
+        """End an open Checkout Session, so that it can no longer be paid."""
+        with self._calls.timed("expire_checkout_session"):
+            await self._client.v1.checkout.sessions.expire_async(session_id)
+
     async def retrieve_subscription(self, subscription_id: str) -> StripeData:
         """The subscription as Stripe's JSON: the webhook path reads only a few fields of it."""
         return await self._read(

@@ -1,5 +1,5 @@
-"""What dynamic client registration accepts: redirect URIs a browser can safely be sent to, at a
-bounded rate per client address."""
+"""What dynamic client registration accepts: redirect URIs a browser can safely be sent to and
+metadata of bounded size, at a bounded rate per client address (IPv6 by /64)."""
 
 from __future__ import annotations
 
@@ -9,20 +9,33 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from mcp.server.auth.provider import RegistrationError
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
 from pydantic import AnyUrl
 from starlette.requests import Request
 
+from service.identity.throttle import ip_key
 from service.web.client_address import ClientAddresses
 
 MAX_REDIRECT_URIS = 10
 MAX_REDIRECT_URI_LENGTH = 2000
 MAX_CLIENT_NAME_LENGTH = 100
+# The rest of a registration is stored as it came (`oauth_client.info_json`), so each part is
+# bounded, and the whole: the SDK's model takes any `jwks` and any strings as grant types.
+MAX_CONTACTS = 5
+MAX_CONTACT_LENGTH = 320
+MAX_SCOPE_LENGTH = 1000
+MAX_SOFTWARE_FIELD_LENGTH = 200
+MAX_URI_LENGTH = 2000
+MAX_TYPES = 5  # grant_types, response_types
+MAX_TYPE_LENGTH = 100
+MAX_METADATA_BYTES = 64 * 1024
 LOOPBACK_NAMES = ("localhost",)
 
 
 def client_address(request: Request, addresses: ClientAddresses) -> str:
-    """The address a request came from, as rate limits key it (X-Forwarded-For from trusted proxies)."""
-    return addresses.of(request.scope) or "unknown"
+    """The address a request came from, as rate limits key it (X-Forwarded-For from trusted proxies),
+    IPv6 by its /64 as the sign-in throttle keys it, since one host can use any address in it."""
+    return ip_key(addresses.of(request.scope) or "unknown")
 
 
 def _is_loopback(host: str) -> bool:
@@ -54,8 +67,45 @@ def redirect_uri_problem(uri: AnyUrl) -> str | None:
     return f"redirect URI {text!r} must use https, or http to a loopback address"
 
 
-def check_registration(redirect_uris: Sequence[AnyUrl] | None, client_name: str | None) -> None:
+def check_registration(metadata: OAuthClientMetadata | OAuthClientInformationFull) -> None:
     """Raises the SDK's `RegistrationError` (a 400 with RFC 7591's error codes) for what we refuse."""
+    check_redirect_uris(metadata.redirect_uris)
+    problem = metadata_problem(metadata)
+    if problem is not None:
+        raise RegistrationError("invalid_client_metadata", problem)
+
+
+def metadata_problem(metadata: OAuthClientMetadata | OAuthClientInformationFull) -> str | None:
+    """Why a registration's metadata other than its redirect URIs is too large to store, or None."""
+    texts = {
+        "client_name": (metadata.client_name, MAX_CLIENT_NAME_LENGTH),
+        "scope": (metadata.scope, MAX_SCOPE_LENGTH),
+        "software_id": (metadata.software_id, MAX_SOFTWARE_FIELD_LENGTH),
+        "software_version": (metadata.software_version, MAX_SOFTWARE_FIELD_LENGTH),
+    }
+    for uri_field in ("client_uri", "logo_uri", "tos_uri", "policy_uri", "jwks_uri"):
+        uri = getattr(metadata, uri_field)
+        texts[uri_field] = (None if uri is None else str(uri), MAX_URI_LENGTH)
+    for name, (text, limit) in texts.items():
+        if text is not None and len(text) > limit:
+            return f"{name} is at most {limit} characters"
+    lists = {
+        "contacts": (metadata.contacts or [], MAX_CONTACTS, MAX_CONTACT_LENGTH),
+        "grant_types": (metadata.grant_types, MAX_TYPES, MAX_TYPE_LENGTH),
+        "response_types": (metadata.response_types, MAX_TYPES, MAX_TYPE_LENGTH),
+    }
+    for name, (items, most, limit) in lists.items():
+        if len(items) > most:
+            return f"{name} has at most {most} entries"
+        if any(len(item) > limit for item in items):
+            return f"each of {name} is at most {limit} characters"
+    if len(metadata.model_dump_json(exclude_none=True).encode()) > MAX_METADATA_BYTES:
+        return f"client metadata is at most {MAX_METADATA_BYTES} bytes"
+    return None
+
+
+def check_redirect_uris(redirect_uris: Sequence[AnyUrl] | None) -> None:
+    """`RegistrationError` (`invalid_redirect_uri`) unless every URI may receive codes."""
     if not redirect_uris:
         raise RegistrationError("invalid_redirect_uri", "at least one redirect URI is required")
     if len(redirect_uris) > MAX_REDIRECT_URIS:
@@ -64,10 +114,6 @@ def check_registration(redirect_uris: Sequence[AnyUrl] | None, client_name: str 
         problem = redirect_uri_problem(uri)
         if problem is not None:
             raise RegistrationError("invalid_redirect_uri", problem)
-    if client_name is not None and len(client_name) > MAX_CLIENT_NAME_LENGTH:
-        raise RegistrationError(
-            "invalid_client_metadata", f"client_name is at most {MAX_CLIENT_NAME_LENGTH} characters"
-        )
 
 
 class RegistrationLimiter:

@@ -147,6 +147,7 @@ async def login_submit(
     settings: SettingsDep,
     cookies: CookiesDep,
     session: SessionDep,
+    previous: BrowserSessionSecret,
     username: Annotated[str, Form(max_length=150)],
     password: Annotated[str, Form(max_length=1024)],
 ) -> Response:
@@ -169,7 +170,13 @@ async def login_submit(
             form_pages, login, error="Wrong username or password.", username=username, status_code=401
         )
     ttl = settings.identity.browser_session_ttl_seconds
-    secret = await identity.start_browser_session(session, user, timedelta(seconds=ttl))
+    secret = await identity.start_browser_session(
+        session,
+        user,
+        timedelta(seconds=ttl),
+        replaces=previous,
+        max_live=settings.identity.max_browser_sessions_per_user,
+    )
     # Signing in is not consenting: an authorization goes on to the consent page.
     target = (
         consent_path(login.authz)

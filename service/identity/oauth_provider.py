@@ -155,7 +155,7 @@ class DatabaseOAuthProvider:
 
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         assert client_info.client_id is not None
-        check_registration(client_info.redirect_uris, client_info.client_name)
+        check_registration(client_info)
         secret = client_info.client_secret
         stored = client_info.model_copy(update={"client_secret": None})
         async with self._sessions() as session, session.begin():

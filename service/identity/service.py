@@ -220,10 +220,25 @@ async def list_tokens(session: AsyncSession, username: str) -> list[Token]:
     return list(result.all())
 
 
-async def start_browser_session(session: AsyncSession, user: User, ttl: timedelta) -> str:
+async def start_browser_session(
+    session: AsyncSession, user: User, ttl: timedelta, *, replaces: str | None, max_live: int
+) -> str:
+    """A new browser session's secret. The one the browser's cookie held (`replaces`) ends, and so
+    do the user's oldest live sessions past `max_live`, so sign-ins cannot pile up rows."""
+    await end_browser_session(session, replaces)
+    now = utcnow()
     secret = new_secret("bs")
-    session.add(BrowserSession(id_hash=digest(secret), user_id=user.id, expires_at=utcnow() + ttl))
+    session.add(BrowserSession(id_hash=digest(secret), user_id=user.id, expires_at=now + ttl))
     await session.flush()
+    beyond = (
+        select(BrowserSession.id_hash)
+        .where(col(BrowserSession.user_id) == user.id, col(BrowserSession.expires_at) > now)
+        .order_by(col(BrowserSession.created_at).desc(), col(BrowserSession.id_hash).desc())
+        .offset(max_live)
+    )
+    stale = list((await session.exec(beyond)).all())
+    if stale:
+        await session.exec(delete(BrowserSession).where(col(BrowserSession.id_hash).in_(stale)))
     return secret
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,8 +43,19 @@ class ElicitationRequest:
     max_sessions_owed: int = DEFAULT_SESSIONS_OWED
 
 
+_ID_BYTES = 24
+# What `new_elicitation_id` makes: "el_" and the 32 URL-safe base64 characters of 24 random bytes.
+_ID_SHAPE = re.compile(r"el_[A-Za-z0-9_-]{32}")
+
+
 def new_elicitation_id() -> str:
-    return f"el_{secrets.token_urlsafe(24)}"
+    return f"el_{secrets.token_urlsafe(_ID_BYTES)}"
+
+
+def is_elicitation_id(value: str) -> bool:
+    """Whether `value` has the shape of our ids: anything else names no elicitation, and is never
+    sent to the database (where a NUL byte, say, is an error rather than a miss)."""
+    return _ID_SHAPE.fullmatch(value) is not None
 
 
 async def _open_for(session: AsyncSession, user_id: str, plan_id: str) -> Elicitation | None:

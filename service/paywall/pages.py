@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from service.audit.sampling import AuditSampler
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
 from service.billing.plans import Plan, PlanCatalog
@@ -33,6 +34,7 @@ from service.dependencies import (
     CsrfChecked,
     FormPagesDep,
     MetricsDep,
+    PageAuditsDep,
     PagesDep,
     PaywallDep,
     SessionDep,
@@ -45,7 +47,7 @@ from service.dependencies import (
 from service.identity.models import User
 from service.identity.paths import login_path
 from service.identity.service import browser_session_user
-from service.paywall.elicitations import RateLimited, restart
+from service.paywall.elicitations import RateLimited, is_elicitation_id, restart
 from service.paywall.gate import Paywall
 from service.paywall.models import Elicitation, ElicitationStatus
 from service.settings import Settings
@@ -73,6 +75,7 @@ class PaymentChecks:
     paywall: Paywall
     settings: Settings
     client_ip: str | None
+    audits: AuditSampler  # which views and refusals get an audit row
 
 
 async def _payment_checks(
@@ -82,8 +85,9 @@ async def _payment_checks(
     paywall: PaywallDep,
     settings: SettingsDep,
     client_ip: ClientIp,
+    audits: PageAuditsDep,
 ) -> PaymentChecks:
-    return PaymentChecks(pages, form_pages, catalog, paywall, settings, client_ip)
+    return PaymentChecks(pages, form_pages, catalog, paywall, settings, client_ip, audits)
 
 
 PaymentChecksDep = Annotated[PaymentChecks, Depends(_payment_checks)]
@@ -107,12 +111,37 @@ async def _sign_in_to_pay(request: Request, _: Pages) -> Response:
 PayFormChecked = Depends(CsrfChecked(_form_expired))
 
 
+async def _sampled(
+    checks: PaymentChecks,
+    session: AsyncSession,
+    kind: AuditKind,
+    user_id: str,
+    elicitation_id: str,
+    **detail: str | None,
+) -> None:
+    """An audit row for the first such event of this user and link, then one per interval with
+    the number of events it stands for: a signed-in user can repeat these as often as they like."""
+    count = checks.audits.take((user_id, elicitation_id, kind))
+    if count is not None:
+        await record(session, kind, user_id=user_id, elicitation_id=elicitation_id, count=count, **detail)
+
+
 async def _checked(
-    checks: PaymentChecks, session: AsyncSession, user: User, elicitation_id: str
+    checks: PaymentChecks,
+    session: AsyncSession,
+    user: User,
+    elicitation_id: str,
+    *,
+    pay_attempt: bool = False,
 ) -> Elicitation | Response:
-    """The elicitation if this browser's user may pay for it, otherwise the page to show instead."""
+    """The elicitation if this browser's user may pay for it, otherwise the page to show instead.
+
+    `pay_attempt`: a press of a pay button, which counts toward its limit even on another
+    account's link."""
     pages = checks.pages
-    elicitation = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
+    elicitation = (
+        await session.get(Elicitation, elicitation_id) if is_elicitation_id(elicitation_id) else None
+    )
     if elicitation is None:
         return pages.message(
             "Payment link not found",
@@ -120,11 +149,16 @@ async def _checked(
             status_code=404,
         )
     if elicitation.user_id != user.id:
-        await record(
+        if pay_attempt:
+            refused = await _pay_attempts_exceeded(checks, session, user.id, elicitation.id)
+            if refused is not None:
+                return refused
+        await _sampled(
+            checks,
             session,
             AuditKind.IDENTITY_MISMATCH,
-            user_id=user.id,
-            elicitation_id=elicitation.id,
+            user.id,
+            elicitation.id,
             owner=elicitation.user_id,
             client_ip=checks.client_ip,
         )
@@ -158,10 +192,12 @@ async def _payable(
     user: User,
     elicitation_id: str,
     plan_id: str | None = None,
+    *,
+    pay_attempt: bool = False,
 ) -> tuple[Elicitation, Plan] | Response:
     """The elicitation and the plan to pay for (its own, or `plan_id` if that also unlocks its
     tool), or the page to show instead."""
-    checked = await _checked(checks, session, user, elicitation_id)
+    checked = await _checked(checks, session, user, elicitation_id, pay_attempt=pay_attempt)
     if not isinstance(checked, Elicitation):
         return checked
     wanted = plan_id or checked.plan_id
@@ -200,7 +236,7 @@ async def payment_page(
     if not isinstance(payable, tuple):
         return payable
     checked, plan = payable
-    await record(session, AuditKind.PAGE_OPENED, user_id=user.id, elicitation_id=checked.id)
+    await _sampled(checks, session, AuditKind.PAGE_OPENED, user.id, checked.id)
     grace = timedelta(seconds=checks.settings.billing.past_due_grace_seconds)
     owned = frozenset(await entitled_plan_ids(session, user.id, grace=grace))
     return checks.form_pages.render(
@@ -303,7 +339,7 @@ async def _read_checkout_plan(
         user = await browser_session_user(session, secret)
         if user is None:
             return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
-        payable = await _payable(checks, session, user, elicitation_id, plan_id)
+        payable = await _payable(checks, session, user, elicitation_id, plan_id, pay_attempt=True)
         if not isinstance(payable, tuple):
             return payable
         elicitation, plan = payable
@@ -328,21 +364,30 @@ async def _read_checkout_plan(
         )
 
 
+@dataclass(frozen=True)
+class NoPaymentYet:
+    """Nothing paid or being paid for the chosen plan: a new Checkout Session is due."""
+
+    superseded: str | None = None  # the link's open Checkout Session for another plan, to expire
+
+
 async def _existing_payment(
     checks: PaymentChecks, gateway: StripeGateway, found: CheckoutPlan
-) -> Response | None:
+) -> Response | NoPaymentYet:
     """What to do instead of a new Checkout Session, if the user already paid or is paying (Stripe reads)."""
     elicitation = found.elicitation
+    superseded = None
     if elicitation.checkout_session_id is not None:
         current = await gateway.retrieve_checkout_session(elicitation.checkout_session_id)
-        if field_of(field_of(current, "metadata"), "plan_id") not in (None, found.plan.id):
-            pass  # that checkout is for another plan than the one chosen now
-        elif current.status == "complete":
-            return _waiting_for_confirmation(checks.pages)
-        if current.status == "open" and current.url:
-            return RedirectResponse(gateway.checkout_url(current), status_code=303)
+        if field_of(field_of(current, "metadata"), "plan_id") in (None, found.plan.id):
+            if current.status == "complete":
+                return _waiting_for_confirmation(checks.pages)
+            if current.status == "open" and current.url:
+                return RedirectResponse(gateway.checkout_url(current), status_code=303)
+        elif current.status == "open":
+            superseded = current.id  # for another plan than the one chosen now: replaced below
     if found.customer_id is None:
-        return None
+        return NoPaymentYet(superseded)
     live_plans = {
         plan_id
         for subscription in await gateway.list_subscriptions(found.customer_id)
@@ -357,7 +402,24 @@ async def _existing_payment(
             found.customer_id, return_url=f"{checks.settings.http.public_base_url}/pay/{elicitation.id}"
         )
         return RedirectResponse(url, status_code=303)
-    return None
+    return NoPaymentYet(superseded)
+
+
+async def _expire_superseded(gateway: StripeGateway, elicitation_id: str, checkout_id: str) -> None:
+    """Expire the checkout a new one for another plan replaced, so the user cannot pay for both.
+
+    Called once the link names the new checkout, so the old one's `checkout.session.expired`
+    webhook no longer matches the link and leaves it open. A failure only leaves the old
+    checkout to run out by itself; the new one is already the link's."""
+    try:
+        await gateway.expire_checkout_session(checkout_id)
+    except stripe.StripeError as exc:
+        logger.warning(
+            "could not expire checkout %s replaced for elicitation %s: %s",
+            checkout_id,
+            elicitation_id,
+            type(exc).__name__,
+        )
 
 
 @router.post("/pay/{elicitation_id}", dependencies=[PayFormChecked])
@@ -379,7 +441,7 @@ async def start_checkout(
     elicitation = found.elicitation
     try:
         instead = await _existing_payment(checks, gateway, found)
-        if instead is not None:
+        if not isinstance(instead, NoPaymentYet):
             return instead
         customer_id = found.customer_id or await gateway.create_customer(found.user_id, found.username)
         now = utcnow()
@@ -416,6 +478,8 @@ async def start_checkout(
     await _remember_checkout(
         sessions, found, elicitation.id, attempt, customer_id, checkout.id, plan_checkout=True
     )
+    if instead.superseded is not None and instead.superseded != checkout.id:
+        await _expire_superseded(gateway, elicitation.id, instead.superseded)
     metrics.checkout_created(found.plan.id)
     return RedirectResponse(url, status_code=303)
 
@@ -428,7 +492,7 @@ async def _read_credit_checkout(
         user = await browser_session_user(session, secret)
         if user is None:
             return RedirectResponse(login_path(f"/pay/{elicitation_id}"), status_code=303)
-        payable = await _payable(checks, session, user, elicitation_id)
+        payable = await _payable(checks, session, user, elicitation_id, pay_attempt=True)
         if not isinstance(payable, tuple):
             return payable
         elicitation, plan = payable
@@ -561,7 +625,7 @@ async def restart_expired(
     metrics: MetricsDep,
 ) -> Response:
     """A fresh elicitation in place of an expired one, owed to the same MCP sessions."""
-    old = await session.get(Elicitation, elicitation_id) if len(elicitation_id) <= 64 else None
+    old = await session.get(Elicitation, elicitation_id) if is_elicitation_id(elicitation_id) else None
     expired = old is not None and (
         old.status == ElicitationStatus.EXPIRED.value
         or (old.status == ElicitationStatus.OPEN.value and old.expires_at <= utcnow())

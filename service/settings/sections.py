@@ -297,6 +297,9 @@ class BillingSettings(Section):
 
     plans_file: Path = DEFAULT_PLANS_FILE
     """The plan catalog (TOML); the default is the built-in `default_plans.toml`."""
+    max_portal_sessions_per_user_per_hour: int = Field(default=10, ge=1, le=10_000)
+    """Billing portal sessions `POST /billing` may create for one user in an hour, counted before any
+    Stripe call; beyond them, 429."""
     past_due_grace_seconds: int = Field(default=3 * 24 * 3600, ge=0)
     """Access kept while a subscription is `past_due`."""
     entitlement_cache_seconds: float = Field(default=30.0, ge=0)
@@ -353,6 +356,9 @@ class PaywallSettings(Section):
     """Presses of the pay button by one user in an hour, counted before any Stripe call; beyond them, 429."""
     max_pay_attempts_per_elicitation_per_hour: int = Field(default=10, ge=1, le=10_000)
     """Presses of the pay button for one payment link in an hour; beyond them, 429."""
+    page_audit_seconds: float = Field(default=60.0, ge=1, le=3600)
+    """At most one audit row per user, payment link and kind (page opened, another account's link)
+    per this many seconds, on each replica; each row counts the events it stands for."""
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
     """How often each replica looks for completion notices it still owes."""
 
@@ -472,6 +478,8 @@ class IdentitySettings(Section):
     """Dynamic client registrations one client address may make per hour, on each replica."""
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
     """Login cookie lifetime."""
+    max_browser_sessions_per_user: int = Field(default=20, ge=1, le=1000)
+    """Live browser sessions one user may have; signing in past this ends the oldest."""
     personal_token_ttl_days: int = Field(default=90, ge=1, le=3650)
     """Lifetime of `tokens create` without `--expires-in-days`; a token that never expires needs
     `--never-expires`."""

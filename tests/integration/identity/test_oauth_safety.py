@@ -126,6 +126,66 @@ async def test_registration_is_rate_limited_per_address(database_url: str) -> No
         assert len(await service.rows(OAuthClient)) == 3
 
 
+async def test_registration_limit_keys_ipv6_clients_by_their_64(database_url: str) -> None:
+    settings = {"oauth_registrations_per_address_per_hour": 3, "trusted_proxies": ["127.0.0.1"]}
+    async with run_service(database_url, **settings) as service:
+        async with service.http() as http:
+            answers = [
+                await http.post(
+                    "/register",
+                    json=client_metadata(),
+                    headers={"X-Forwarded-For": f"2001:db8:1:2::{n + 1:x}"},
+                )
+                for n in range(4)
+            ]
+            neighbour = await http.post(
+                "/register", json=client_metadata(), headers={"X-Forwarded-For": "2001:db8:1:3::1"}
+            )
+        assert [answer.status_code for answer in answers] == [201, 201, 201, 429]
+        assert neighbour.status_code == 201, "another /64 has its own allowance"
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"client_name": "x" * 101},
+        {"contacts": ["x" * 1000] * 900},
+        {"contacts": [f"admin{n}@app.example" for n in range(6)]},
+        {"contacts": ["x" * 321]},
+        {"scope": "s " * 400_000},
+        {"software_id": "x" * 201},
+        {"software_version": "x" * 201},
+        {"client_uri": "https://app.example/" + "x" * 2000},
+        {"grant_types": ["authorization_code", "refresh_token", "a", "b", "c", "d"]},
+        {"jwks": {"keys": ["x" * 70_000]}},
+    ],
+    ids=lambda metadata: next(iter(metadata)),
+)
+async def test_registration_refuses_over_long_metadata(
+    service: RunningService, metadata: dict[str, object]
+) -> None:
+    async with service.http() as http:
+        response = await http.post("/register", json={**client_metadata(), **metadata})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "invalid_client_metadata"
+    assert await service.rows(OAuthClient) == []
+
+
+async def test_registration_keeps_ordinary_metadata(service: RunningService) -> None:
+    async with service.http() as http:
+        response = await http.post(
+            "/register",
+            json={
+                **client_metadata(),
+                "contacts": ["admin@app.example"],
+                "software_id": "app",
+                "software_version": "1.0",
+                "client_uri": "https://app.example/",
+            },
+        )
+    assert response.status_code == 201, response.text
+
+
 @pytest.mark.parametrize("method", ["client_secret_post", "client_secret_basic"])
 async def test_client_secrets_are_stored_hashed_and_still_authenticate(
     service: RunningService, method: str

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit.models import AuditEvent
 from service.audit.service import AuditKind, record
+from service.identity.models import BrowserSession
 from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 
@@ -239,3 +240,28 @@ async def test_an_impossible_client_id_is_an_unknown_client(database_url: str, c
         authorized = await http.get("/authorize", params=query)
         assert authorized.status_code == 400
         assert "(invalid_request: " in authorized.text
+
+
+async def test_live_browser_sessions_per_user_are_capped(database_url: str) -> None:
+    async with run_service(database_url, max_browser_sessions_per_user=3) as service:
+        await service.add_user("alice")
+        browsers = [service.http() for _ in range(5)]
+        try:
+            forms = [await login_form(browser) for browser in browsers]
+            for browser, form in zip(browsers, forms, strict=True):
+                signed_in = await post_login(browser, form, "alice", DEFAULT_PASSWORD)
+                assert signed_in.status_code == 303
+            assert len(await service.rows(BrowserSession)) == 3
+            # The two oldest sessions were ended; the three newest still work.
+            accounts = [(await browser.get("/account")).status_code for browser in browsers]
+            assert accounts == [303, 303, 200, 200, 200]
+            # The same browser signing in again ends the session its cookie held.
+            again = browsers[4]
+            before = {row.id_hash for row in await service.rows(BrowserSession)}
+            assert (await post_login(again, forms[4], "alice", DEFAULT_PASSWORD)).status_code == 303
+            after = {row.id_hash for row in await service.rows(BrowserSession)}
+            assert len(after) == 3 and len(before - after) == 1
+            assert [(await browser.get("/account")).status_code for browser in browsers[2:]] == [200] * 3
+        finally:
+            for browser in browsers:
+                await browser.aclose()

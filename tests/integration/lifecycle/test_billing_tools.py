@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from service.audit.models import AuditEvent
 from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
-from tests.support.service import DEFAULT_PASSWORD, RunningService
+from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
 from tests.support.subscriptions import subscribe
 
 
@@ -65,3 +66,18 @@ async def test_billing_page_for_someone_without_a_subscription(service: RunningS
         await log_in_through_form(browser, "/login", "fox", DEFAULT_PASSWORD)
         page = await browser.get("/billing")
     assert "No subscription yet" in page.text
+
+
+async def test_billing_portal_sessions_are_limited_per_user_per_hour(database_url: str) -> None:
+    async with run_service(database_url, max_portal_sessions_per_user_per_hour=2) as service:
+        subscriber = await subscribe(service, "gus")
+        async with service.http() as browser:
+            await log_in_through_form(browser, "/login", subscriber.username, DEFAULT_PASSWORD)
+            page = await browser.get("/billing")
+            portals = [
+                await browser.post("/billing", data={"csrf_token": csrf_token(page.text)}) for _ in range(3)
+            ]
+        assert [portal.status_code for portal in portals] == [303, 303, 429]
+        assert portals[2].headers["retry-after"] == "3600"
+        [limited] = await service.rows(AuditEvent, kind="rate_limited")
+        assert '"what": "billing_portal"' in limited.detail

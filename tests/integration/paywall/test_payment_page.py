@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from mcp import MCPError, UrlElicitationRequiredError
+from sqlalchemy import event
 
 from service.audit.models import AuditEvent
 from service.db.metadata import utcnow
@@ -58,6 +59,32 @@ async def test_unknown_link(service: RunningService) -> None:
         page = await browser.get("/pay/el_doesnotexist")
     assert page.status_code == 404
     assert "does not exist" in page.text
+
+
+async def test_a_link_not_shaped_like_our_ids_is_not_found_without_a_query(
+    service: RunningService,
+) -> None:
+    await service.add_user("bea")
+    lookups: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if "FROM elicitation" in statement:
+            lookups.append(statement)
+
+    async with service.http() as browser:
+        await log_in_through_form(browser, "/login", "bea", DEFAULT_PASSWORD)
+        form = await browser.get("/login")
+        engine = service.runtime.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", note)
+        try:
+            # A NUL byte is a DataError on PostgreSQL, were it ever sent there.
+            pages = [await browser.get(f"/pay/{raw}") for raw in ("el_%00x", "el_" + "%00" * 32, "x" * 35)]
+            restarted = await browser.post("/pay/el_%00x/restart", data={"csrf_token": csrf_token(form.text)})
+        finally:
+            event.remove(engine, "before_cursor_execute", note)
+    assert [page.status_code for page in pages] == [404, 404, 404]
+    assert restarted.status_code == 404
+    assert lookups == []
 
 
 async def test_expired_link_offers_a_fresh_start(service: RunningService) -> None:
@@ -170,3 +197,53 @@ async def test_checkout_rate_limit_is_a_429_with_retry_after(database_url: str) 
         assert limited.headers["retry-after"] == "3600"
         assert len(await service.rows(AuditEvent, kind="rate_limited")) == 1
         assert len((await service.stripe.v1.checkout.sessions.list_async()).data) == 1
+
+
+async def test_choosing_another_plan_replaces_the_open_checkout(service: RunningService) -> None:
+    url = await elicit(service, "ivy")
+    path = urlsplit(url).path
+    async with service.http() as browser:
+        await log_in_through_form(browser, f"/login?next={path}", "ivy", DEFAULT_PASSWORD)
+        page = await browser.get(path)
+        pro = await browser.post(path, data={"csrf_token": csrf_token(page.text)})
+        page = await browser.get(path)  # the user comes back and picks Team instead
+        team = await browser.post(path, data={"csrf_token": csrf_token(page.text), "plan_id": "team"})
+    assert pro.status_code == team.status_code == 303
+    pro_id = checkout_session_id(pro.headers["location"])
+    team_id = checkout_session_id(team.headers["location"])
+    assert team_id != pro_id
+    team_checkout = await service.stripe.v1.checkout.sessions.retrieve_async(team_id)
+    assert team_checkout.metadata is not None and team_checkout.metadata["plan_id"] == "team"
+    # The Pro checkout can no longer be paid besides, and the link now waits for the Team one.
+    assert (await service.stripe.v1.checkout.sessions.retrieve_async(pro_id)).status == "expired"
+    await service.sandbox.deliver_pending(within=10)
+    [row] = await service.rows(Elicitation)
+    assert row.checkout_session_id == team_id and row.status == "open"
+
+
+async def test_repeated_views_and_refusals_are_sampled_and_pay_presses_counted(
+    database_url: str,
+) -> None:
+    async with run_service(database_url, max_pay_attempts_per_user_per_hour=3) as service:
+        url = await elicit(service, "ada")
+        await service.add_user("ben")
+        path = urlsplit(url).path
+        async with service.http() as ada:
+            await log_in_through_form(ada, f"/login?next={path}", "ada", DEFAULT_PASSWORD)
+            opened = [(await ada.get(path)).status_code for _ in range(30)]
+        async with service.http() as ben:
+            await log_in_through_form(ben, "/login", "ben", DEFAULT_PASSWORD)
+            viewed = [(await ben.get(path)).status_code for _ in range(30)]
+            form = await ben.get("/login")
+            pressed = [
+                (await ben.post(path, data={"csrf_token": csrf_token(form.text)})).status_code
+                for _ in range(4)
+            ]
+        assert opened == [200] * 30 and viewed == [403] * 30
+        # Presses on another account's link count toward the pay button's limit like any other.
+        assert pressed == [403, 403, 403, 429]
+        [page_opened] = await service.rows(AuditEvent, kind="payment_page_opened")
+        [mismatch] = await service.rows(AuditEvent, kind="identity_mismatch")
+        assert '"count": 1' in page_opened.detail and '"count": 1' in mismatch.detail
+        assert len(await service.rows(AuditEvent, kind="checkout_attempt")) == 3
+        assert (await service.stripe.v1.checkout.sessions.list_async()).data == []
