@@ -21,6 +21,7 @@ from service.paywall.models import Elicitation, ElicitationDelivery, Elicitation
 from tests.integration.paywall.test_legacy_flow import CHART_ARGS
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.mcp_http import ACCEPT, INITIALIZE
+from tests.support.oauth import authorized_tokens
 from tests.support.service import RunningService, run_service
 
 CAP = 2
@@ -44,14 +45,25 @@ async def initialize(service: RunningService, token: str) -> tuple[int, str | No
     return response.status_code, response.headers.get("mcp-session-id"), response.text
 
 
-async def delete_session(service: RunningService, token: str, session_id: str) -> int:
-    headers = {
+def in_session(token: str, session_id: str) -> dict[str, str]:
+    return {
+        "Accept": ACCEPT,
         "Authorization": f"Bearer {token}",
         "Mcp-Session-Id": session_id,
         "MCP-Protocol-Version": "2025-11-25",
     }
+
+
+async def delete_session(service: RunningService, token: str, session_id: str) -> int:
     async with service.http() as http:
-        response = await http.delete("/mcp", headers=headers)
+        response = await http.delete("/mcp", headers=in_session(token, session_id))
+    return response.status_code
+
+
+async def list_tools(service: RunningService, token: str, session_id: str) -> int:
+    request = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with service.http() as http:
+        response = await http.post("/mcp", headers=in_session(token, session_id), json=request)
     return response.status_code
 
 
@@ -95,6 +107,34 @@ async def test_a_user_beyond_the_cap_is_refused_others_are_not_and_delete_frees_
     assert await delete_session(capped, ada, first) == 200
     status, session_id, _ = await initialize(capped, ada)
     assert status == 200 and session_id is not None, "a DELETE frees a place"
+
+
+async def test_the_same_users_other_credential_cannot_end_a_session_for_the_cap(
+    capped: RunningService,
+) -> None:
+    # The SDK binds a session to the credential's principal (client id, issuer, subject): the user's
+    # OAuth token gets a 404 for a session their personal token opened, and the SDK keeps it.
+    pat = await token_for(capped, "dee")
+    async with capped.http() as http:
+        _, tokens = await authorized_tokens(capped, http, "dee")
+    oauth = tokens["access_token"]
+    opened = [await initialize(capped, pat) for _ in range(CAP)]
+    session_ids = [session_id for _, session_id, _ in opened if session_id is not None]
+    assert len(session_ids) == CAP
+    for session_id in session_ids:
+        assert await delete_session(capped, oauth, session_id) == 404
+        assert await list_tools(capped, oauth, session_id) == 404
+
+    status, _, _ = await initialize(capped, pat)
+    assert status == 429, "the sessions the SDK still holds still count"
+    status, _, _ = await initialize(capped, oauth)
+    assert status == 429, "the cap is the user's, whichever credential"
+    for session_id in session_ids:
+        assert await list_tools(capped, pat, session_id) == 200
+
+    assert await delete_session(capped, pat, session_ids[0]) == 200
+    status, session_id, _ = await initialize(capped, oauth)
+    assert status == 200 and session_id is not None, "the owner's DELETE frees a place"
 
 
 async def test_a_deleted_session_is_no_longer_held_for_its_notice(capped: RunningService) -> None:
