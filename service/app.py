@@ -153,7 +153,7 @@ async def _start_runtime(
         cache_seconds=settings.billing.entitlement_cache_seconds,
         metrics=metrics,
     )
-    waiters = PaymentWaiters()
+    waiters = PaymentWaiters(max_per_user=settings.paywall.max_payment_waits_per_user)
     for listener in (entitlements.on_change, waiters.on_change, notifier.on_change):
         bus.subscribe(listener)
     if isinstance(bus, PostgresBus):

@@ -3,8 +3,12 @@
 The SDK's session manager caps sessions for the whole process only, so one token could fill it and
 lock every other user out. It offers no public hook for a session's end either, so the ledger sees
 sessions at the HTTP level, as the manager does: a legacy `initialize` answered with an
-`Mcp-Session-Id` opens one; a successful DELETE, a 404 for the owner's own session id (the SDK
-forgot it) or the SDK's idle timeout (no request in flight for that long) ends it.
+`Mcp-Session-Id` opens one; a successful DELETE, a 404 for the session id from the principal that
+opened it (the SDK forgot it) or the SDK's idle timeout (no request in flight for that long) ends it.
+
+The cap counts per user, but the SDK binds a session to the principal of the credential that opened
+it (client id, issuer and subject): the same user's other credential gets a 404 for a session the
+SDK still holds. So only requests from the opening principal can end a session here.
 """
 
 from __future__ import annotations
@@ -14,7 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.middleware.bearer_auth import (
+    AuthenticatedUser,
+    AuthorizationContext,
+    authorization_context,
+)
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
 from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
@@ -34,6 +42,7 @@ SessionEnded = Callable[[str], None]
 @dataclass
 class _Session:
     owner: str
+    principal: AuthorizationContext  # the SDK's key for the session: only it reaches the session
     in_flight: int = 0
     idle_since: float = 0.0
 
@@ -77,20 +86,22 @@ class LegacySessions:
         self._opening[owner] = self._opening.get(owner, 0) + 1
         return True
 
-    def settle(self, owner: str, session_id: str | None) -> None:
-        """The opening request was answered: with `session_id`, or without a session (None)."""
+    def settle(self, owner: str, session_id: str | None, principal: AuthorizationContext) -> None:
+        """The opening request, from `principal`, was answered: with `session_id`, or without a
+        session (None)."""
         left = self._opening.get(owner, 0) - 1
         if left > 0:
             self._opening[owner] = left
         else:
             self._opening.pop(owner, None)
         if session_id is not None and session_id not in self._sessions:
-            self._sessions[session_id] = _Session(owner, idle_since=self._clock())
+            self._sessions[session_id] = _Session(owner, principal, idle_since=self._clock())
             self._by_owner.setdefault(owner, set()).add(session_id)
 
-    def owner_of(self, session_id: str) -> str | None:
+    def opened_by(self, session_id: str, principal: AuthorizationContext) -> bool:
+        """Whether `principal` opened the session: the only one the SDK lets use or end it."""
         session = self._sessions.get(session_id)
-        return session.owner if session is not None else None
+        return session is not None and session.principal == principal
 
     def request_started(self, session_id: str) -> None:
         session = self._sessions.get(session_id)
@@ -134,12 +145,13 @@ class LegacySessions:
         return len(idle)
 
 
-def _owner(scope: Scope) -> str | None:
+def _caller(scope: Scope) -> tuple[str, AuthorizationContext] | None:
+    """The user the cap counts against, and the principal the SDK binds a session to."""
     user = scope.get("user")
     if not isinstance(user, AuthenticatedUser):
         return None
     token = user.access_token
-    return token.subject or f"client:{token.client_id}"
+    return token.subject or f"client:{token.client_id}", authorization_context(user)
 
 
 class LegacySessionLimit:
@@ -151,10 +163,11 @@ class LegacySessionLimit:
         self._sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        owner = _owner(scope) if scope["type"] == "http" else None
-        if owner is None:
+        caller = _caller(scope) if scope["type"] == "http" else None
+        if caller is None:
             await self.app(scope, receive, send)
             return
+        owner, principal = caller
         session_id: bytes | None = None
         version: bytes | None = None
         for name, value in scope["headers"]:
@@ -166,11 +179,13 @@ class LegacySessionLimit:
             await self.app(scope, receive, send)  # 2026-07-28: no sessions
             return
         if session_id is None:
-            await self._opening(owner, scope, receive, send)
+            await self._opening(owner, principal, scope, receive, send)
         else:
-            await self._within(owner, session_id.decode("latin-1"), scope, receive, send)
+            await self._within(principal, session_id.decode("latin-1"), scope, receive, send)
 
-    async def _opening(self, owner: str, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _opening(
+        self, owner: str, principal: AuthorizationContext, scope: Scope, receive: Receive, send: Send
+    ) -> None:
         if scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -190,18 +205,21 @@ class LegacySessionLimit:
                             opened = value.decode("latin-1")
                 # Before the client hears the session id, so that its very next request counts.
                 settled = True
-                self._sessions.settle(owner, opened)
+                self._sessions.settle(owner, opened, principal)
             await send(message)
 
         try:
             await self.app(scope, receive, watch)
         finally:
             if not settled:
-                self._sessions.settle(owner, None)
+                self._sessions.settle(owner, None, principal)
 
-    async def _within(self, owner: str, session_id: str, scope: Scope, receive: Receive, send: Send) -> None:
-        mine = self._sessions.owner_of(session_id) == owner
-        if not mine:
+    async def _within(
+        self, principal: AuthorizationContext, session_id: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        # The SDK answers any other principal, even the same user's other credential, with a 404
+        # while it keeps the session: such a request neither ends the session nor keeps it alive.
+        if not self._sessions.opened_by(session_id, principal):
             await self.app(scope, receive, send)
             return
 

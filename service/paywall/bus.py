@@ -70,12 +70,34 @@ def relay_billing_events(events: BillingEvents, bus: CompletionBus) -> None:
 class PaymentWaiters:
     """Lets a request wait, bounded, for the calling user's entitlement to change.
 
-    Register first (`watch`), then check, then wait: a change that lands between the check and
-    the wait still wakes the waiter.
+    A whole wait first takes one of the user's `max_per_user` places (`place`): each wait polls the
+    database, and a sealed 2026-07-28 request state can be replayed at will. Within it, register
+    first (`watch`), then check, then wait: a change that lands between the check and the wait still
+    wakes the waiter.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_per_user: int) -> None:
+        self._max_per_user = max_per_user
+        self._places: dict[str, int] = {}  # user id -> waits under way
         self._waiting: dict[str, set[asyncio.Event]] = {}
+
+    @contextmanager
+    def place(self, user_id: str) -> Iterator[bool]:
+        """Holds one of the user's places to wait while the block runs; False when all are taken
+        (nothing is held then)."""
+        held = self._places.get(user_id, 0)
+        if held >= self._max_per_user:
+            yield False
+            return
+        self._places[user_id] = held + 1
+        try:
+            yield True
+        finally:
+            left = self._places[user_id] - 1
+            if left:
+                self._places[user_id] = left
+            else:
+                del self._places[user_id]
 
     @contextmanager
     def watch(self, user_id: str) -> Iterator[asyncio.Event]:

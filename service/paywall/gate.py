@@ -351,17 +351,22 @@ class Paywall:
     async def _wait_for_payment(self, ctx: Context, user_id: str, admitted: Admitted, bound: float) -> bool:
         """Wait up to `bound` seconds for a plan or credits, reporting progress; True once the call
         may run (a credit, if that is what pays for it, is spent by then)."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        while True:
-            with self._waiters.watch(user_id) as changed:
-                if await admitted():
-                    return True
-                elapsed = loop.time() - started
-                if elapsed >= bound:
-                    return False
-                await ctx.report_progress(elapsed, bound, "Waiting for Stripe to confirm the payment")
-                await wait_for(changed, min(bound - elapsed, PROGRESS_INTERVAL_SECONDS))
+        with self._waiters.place(user_id) as placed:
+            if not placed:
+                # As many of this user's calls wait already: answer at once, as if nothing was paid.
+                logger.info("payment wait refused: the caller has as many waiting as allowed")
+                return False
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            while True:
+                with self._waiters.watch(user_id) as changed:
+                    if await admitted():
+                        return True
+                    elapsed = loop.time() - started
+                    if elapsed >= bound:
+                        return False
+                    await ctx.report_progress(elapsed, bound, "Waiting for Stripe to confirm the payment")
+                    await wait_for(changed, min(bound - elapsed, PROGRESS_INTERVAL_SECONDS))
 
     def _message(self, tool: PaidTool, plan: Plan) -> str:
         packs = self._tools.catalog.credit_packs()

@@ -1,6 +1,6 @@
 """What sessions and unpaid calls may cost: a per-user cap on legacy sessions, nothing held after a
-session ends, no writes for a repeated unpaid call, bounded delivery rows, and a refusal that ends
-the wait at once."""
+session ends, no writes for a repeated unpaid call, bounded delivery rows, a refusal that ends the
+wait at once, and a per-user cap on calls waiting for a payment."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import mcp_types as t
 import pytest
+from mcp.shared.dispatcher import ProgressFnT
 from sqlalchemy import event
 from sqlmodel import col, func, select
 
@@ -21,6 +22,8 @@ from service.paywall.models import Elicitation, ElicitationDelivery, Elicitation
 from tests.integration.paywall.test_legacy_flow import CHART_ARGS
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
 from tests.support.mcp_http import ACCEPT, INITIALIZE
+from tests.support.oauth import authorized_tokens
+from tests.support.payment import pay
 from tests.support.service import RunningService, run_service
 
 CAP = 2
@@ -44,14 +47,25 @@ async def initialize(service: RunningService, token: str) -> tuple[int, str | No
     return response.status_code, response.headers.get("mcp-session-id"), response.text
 
 
-async def delete_session(service: RunningService, token: str, session_id: str) -> int:
-    headers = {
+def in_session(token: str, session_id: str) -> dict[str, str]:
+    return {
+        "Accept": ACCEPT,
         "Authorization": f"Bearer {token}",
         "Mcp-Session-Id": session_id,
         "MCP-Protocol-Version": "2025-11-25",
     }
+
+
+async def delete_session(service: RunningService, token: str, session_id: str) -> int:
     async with service.http() as http:
-        response = await http.delete("/mcp", headers=headers)
+        response = await http.delete("/mcp", headers=in_session(token, session_id))
+    return response.status_code
+
+
+async def list_tools(service: RunningService, token: str, session_id: str) -> int:
+    request = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    async with service.http() as http:
+        response = await http.post("/mcp", headers=in_session(token, session_id), json=request)
     return response.status_code
 
 
@@ -95,6 +109,34 @@ async def test_a_user_beyond_the_cap_is_refused_others_are_not_and_delete_frees_
     assert await delete_session(capped, ada, first) == 200
     status, session_id, _ = await initialize(capped, ada)
     assert status == 200 and session_id is not None, "a DELETE frees a place"
+
+
+async def test_the_same_users_other_credential_cannot_end_a_session_for_the_cap(
+    capped: RunningService,
+) -> None:
+    # The SDK binds a session to the credential's principal (client id, issuer, subject): the user's
+    # OAuth token gets a 404 for a session their personal token opened, and the SDK keeps it.
+    pat = await token_for(capped, "dee")
+    async with capped.http() as http:
+        _, tokens = await authorized_tokens(capped, http, "dee")
+    oauth = tokens["access_token"]
+    opened = [await initialize(capped, pat) for _ in range(CAP)]
+    session_ids = [session_id for _, session_id, _ in opened if session_id is not None]
+    assert len(session_ids) == CAP
+    for session_id in session_ids:
+        assert await delete_session(capped, oauth, session_id) == 404
+        assert await list_tools(capped, oauth, session_id) == 404
+
+    status, _, _ = await initialize(capped, pat)
+    assert status == 429, "the sessions the SDK still holds still count"
+    status, _, _ = await initialize(capped, oauth)
+    assert status == 429, "the cap is the user's, whichever credential"
+    for session_id in session_ids:
+        assert await list_tools(capped, pat, session_id) == 200
+
+    assert await delete_session(capped, pat, session_ids[0]) == 200
+    status, opened_id, _ = await initialize(capped, oauth)
+    assert status == 200 and opened_id is not None, "the owner's DELETE frees a place"
 
 
 async def test_a_deleted_session_is_no_longer_held_for_its_notice(capped: RunningService) -> None:
@@ -243,3 +285,90 @@ async def test_a_refused_link_ends_the_legacy_call_at_once(
             result = await client.call_tool("ascii_chart", CHART_ARGS)
     assert result.is_error
     assert phrase in result.content[0].text  # type: ignore[union-attr]
+
+
+WAITS = 2
+
+
+@pytest.fixture
+async def few_waits(database_url: str) -> AsyncIterator[RunningService]:
+    # Every wait would last an hour: a call beyond the cap that waited hangs the test without the cap.
+    async with run_service(
+        database_url,
+        max_payment_waits_per_user=WAITS,
+        retry_wait_seconds=3600,
+        elicitation_style="request",
+        payment_wait_seconds=3600,
+    ) as running:
+        yield running
+
+
+def progressed(event: asyncio.Event) -> ProgressFnT:
+    """A progress callback that sets `event`: the gate reports progress once the call waits."""
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        event.set()
+
+    return on_progress
+
+
+def payment_url(asked: t.InputRequiredResult) -> str:
+    request = (asked.input_requests or {})["payment"]
+    assert isinstance(request, t.ElicitRequest) and isinstance(request.params, t.ElicitRequestURLParams)
+    return request.params.url
+
+
+async def test_a_2026_retry_beyond_the_users_waits_is_asked_again_at_once(few_waits: RunningService) -> None:
+    token = await token_for(few_waits, "hal")
+    async with probed_client(few_waits.mcp_url, token, ClientProbe()) as client:
+        first = await client.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+        assert isinstance(first, t.InputRequiredResult)
+        url = payment_url(first)
+
+        async def retry(on_progress: ProgressFnT | None = None) -> t.CallToolResult | t.InputRequiredResult:
+            return await client.session.call_tool(
+                "ascii_chart",
+                CHART_ARGS,
+                progress_callback=on_progress,
+                allow_input_required=True,
+                input_responses={"payment": t.ElicitResult(action="accept")},
+                request_state=first.request_state,
+            )
+
+        # Leaving the group on a failure cancels the waiting retries.
+        async with asyncio.timeout(HANG), asyncio.TaskGroup() as group:
+            waiting = [asyncio.Event() for _ in range(WAITS)]
+            retries = [group.create_task(retry(progressed(event))) for event in waiting]
+            for event in waiting:
+                await event.wait()
+            beyond = await retry()
+            assert isinstance(beyond, t.InputRequiredResult), "answered as a retry that found nothing paid"
+            assert payment_url(beyond) == url
+            await pay(few_waits, url, "hal")
+    for released in retries:
+        done = released.result()
+        assert isinstance(done, t.CallToolResult) and not done.is_error, "a waiting retry runs once paid"
+
+
+async def test_a_legacy_call_beyond_the_users_waits_is_answered_at_once(few_waits: RunningService) -> None:
+    token = await token_for(few_waits, "ida")
+    probe = ClientProbe()
+    async with (
+        probed_client(few_waits.mcp_url, token, probe, mode="legacy") as client,
+        asyncio.timeout(HANG),
+        asyncio.TaskGroup() as group,
+    ):
+        waiting = [asyncio.Event() for _ in range(WAITS)]
+        calls = [
+            group.create_task(
+                client.call_tool("ascii_chart", CHART_ARGS, progress_callback=progressed(event))
+            )
+            for event in waiting
+        ]
+        for event in waiting:
+            await event.wait()
+        beyond = await client.call_tool("ascii_chart", CHART_ARGS)
+        assert beyond.is_error
+        assert "has not been confirmed yet" in beyond.content[0].text  # type: ignore[union-attr]
+        await pay(few_waits, probe.url_requests[0].url, "ida")
+    assert not any(call.result().is_error for call in calls), "the waiting calls run once paid"

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+
 from service.mcp_server.legacy_sessions import LegacySessions
 
 IDLE = 60.0
+
+
+def principal(user: str, client_id: str = "pat") -> AuthorizationContext:
+    return AuthorizationContext(client_id=client_id, issuer=None, subject=user)
 
 
 class Clock:
@@ -27,7 +33,7 @@ def test_openings_in_flight_count_towards_the_cap() -> None:
     assert sessions.admit("ada")
     assert not sessions.admit("ada"), "two initialize requests not yet answered fill the cap"
     assert sessions.admit("bob")
-    sessions.settle("ada", None)  # refused by the SDK: no session
+    sessions.settle("ada", None, principal("ada"))  # refused by the SDK: no session
     assert sessions.admit("ada")
 
 
@@ -36,7 +42,7 @@ def test_an_idle_session_ends_after_the_timeout_and_a_busy_one_does_not() -> Non
     sessions = ledger(clock, ended)
     for session_id in ("idle", "busy"):
         assert sessions.admit("ada")
-        sessions.settle("ada", session_id)
+        sessions.settle("ada", session_id, principal("ada"))
     sessions.request_started("busy")  # a GET stream, say
     clock.now += IDLE + 1
     assert sessions.admit("ada"), "the idle session made room"
@@ -48,7 +54,7 @@ async def test_expire_idle_tells_the_listeners() -> None:
     clock, ended = Clock(), []
     sessions = ledger(clock, ended)
     assert sessions.admit("ada")
-    sessions.settle("ada", "s1")
+    sessions.settle("ada", "s1", principal("ada"))
     sessions.request_started("s1")
     sessions.request_finished("s1")
     clock.now += IDLE - 1
@@ -64,9 +70,19 @@ def test_end_is_idempotent_and_frees_the_place() -> None:
     sessions = ledger(Clock(), ended)
     for session_id in ("s1", "s2"):
         assert sessions.admit("ada")
-        sessions.settle("ada", session_id)
+        sessions.settle("ada", session_id, principal("ada"))
     assert not sessions.admit("ada")
     sessions.end("s1")
     sessions.end("s1")
     assert ended == ["s1"]
     assert sessions.admit("ada")
+
+
+def test_only_the_opening_principal_has_the_session() -> None:
+    sessions = ledger(Clock(), [])
+    assert sessions.admit("ada")
+    sessions.settle("ada", "s1", principal("ada"))
+    assert sessions.opened_by("s1", principal("ada"))
+    assert not sessions.opened_by("s1", principal("ada", client_id="oauth-app")), "same user, other client"
+    assert not sessions.opened_by("s1", principal("bob"))
+    assert not sessions.opened_by("s2", principal("ada"))

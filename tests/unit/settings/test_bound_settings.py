@@ -20,6 +20,7 @@ def test_defaults() -> None:
     )
     assert (settings.retention.audit_days, settings.retention.stripe_event_days) == (90, 30)
     assert settings.retention.expired_days == 7
+    assert settings.paywall.max_payment_waits_per_user == 4
 
 
 @pytest.mark.parametrize(
@@ -33,6 +34,8 @@ def test_defaults() -> None:
         ("webhook_future_skew_seconds", 86_400),
         ("retention_stripe_event_days", 1),
         ("retention_batch_rows", 0),
+        ("max_payment_waits_per_user", 0),
+        ("max_payment_waits_per_user", 1001),
     ],
 )
 def test_out_of_range_values_are_refused(name: str, value: int) -> None:
