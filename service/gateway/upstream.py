@@ -10,6 +10,9 @@ result is adopted); a 2025-11-25-only upstream costs one `initialize` per call.
 The upstream only ever sees its own credential (`UPSTREAM_MCP_AUTHORIZATION`) and, if configured,
 the signed `X-Paid-MCP-User` header, bound to the call's tool name and arguments: each call's
 headers are built here, from settings and the verified caller id, never copied from the request.
+
+Each call reads at most `UPSTREAM_MAX_RESPONSE_BYTES` of each upstream answer
+(`service/gateway/response_limit.py`); past that the call ends with a tool error saying so.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 
+from service.gateway.response_limit import ResponseLimit
 from service.gateway.signing import USER_HEADER, sign_user_header
 
 logger = logging.getLogger("service.gateway")
@@ -42,6 +46,7 @@ class UpstreamConfig:
     authorization: str | None
     user_header_secret: str | None
     timeout_seconds: float
+    max_response_bytes: int
 
 
 @dataclass(frozen=True)
@@ -72,7 +77,11 @@ class UpstreamClient:
     async def aclose(self) -> None:
         await self._transport.aclose()
 
-    def _client(self, call: ForwardedCall | None, *, mode: str | None = None) -> Client:
+    def _limit(self) -> ResponseLimit:
+        """A fresh per-call bound on the upstream's answers, over the shared pool."""
+        return ResponseLimit(self._transport, self._config.max_response_bytes)
+
+    def _client(self, call: ForwardedCall | None, limit: ResponseLimit, *, mode: str | None = None) -> Client:
         headers: dict[str, str] = {}
         if self._config.authorization:
             headers["Authorization"] = self._config.authorization
@@ -80,16 +89,16 @@ class UpstreamClient:
             headers[USER_HEADER] = sign_user_header(
                 self._config.user_header_secret, call.user_id, tool_name=call.name, arguments=call.arguments
             )
-        # A light per-call client over the shared transport: it owns no sockets, so it needs no close
-        # (closing it would close the shared pool).
+        # A light per-call client over the shared transport: it owns no sockets, so it needs no close.
         http = httpx2.AsyncClient(
-            transport=self._transport,
+            transport=limit,
             headers=headers,
             timeout=httpx2.Timeout(self._config.timeout_seconds),
         )
         chosen = mode or self._mode
         return Client(
-            streamable_http_client(self._config.url, http_client=http),
+            # One SSE event may be as large as a whole answer, and no larger (the SDK's default is 1 MiB).
+            streamable_http_client(self._config.url, http_client=http, max_sse_event_size=limit.max_bytes),
             mode=chosen,
             prior_discover=self._discover if chosen not in ("auto", "legacy") else None,
             read_timeout_seconds=self._config.timeout_seconds,
@@ -98,9 +107,10 @@ class UpstreamClient:
 
     async def list_tools(self) -> list[t.Tool]:
         """Every tool the upstream offers (all pages); also settles the era later calls use."""
+        limit = self._limit()
         try:
-            with anyio.fail_after(self._config.timeout_seconds):
-                async with self._client(None, mode="auto") as client:
+            with anyio.fail_after(self._config.timeout_seconds), limit.abort:
+                async with self._client(None, limit, mode="auto") as client:
                     discover = client.session.discover_result
                     self._mode = client.protocol_version if discover is not None else "legacy"
                     self._discover = discover
@@ -116,25 +126,37 @@ class UpstreamClient:
         except UpstreamUnavailable:
             raise
         except Exception as exc:  # any failure here means "cannot use this upstream"
+            why = f"its answer was {limit.refused}" if limit.refused is not None else _describe(exc)
             raise UpstreamUnavailable(
-                f"cannot list the tools of the upstream MCP server {self._config.url}: {_describe(exc)}"
+                f"cannot list the tools of the upstream MCP server {self._config.url}: {why}"
             ) from exc
+        # Only a refused answer cancels `limit.abort` and ends up here.
+        url = self._config.url
+        raise UpstreamUnavailable(
+            f"cannot list the tools of the upstream MCP server {url}: its answer was {limit.refused}"
+        )
 
     async def call_tool(
         self, user_id: str, name: str, arguments: dict[str, object], progress: Progress
     ) -> t.CallToolResult:
         """The upstream's result unchanged, or an error result saying why there is none.
 
-        Never raises for upstream trouble: a JSON-RPC error, a timeout or an unreachable upstream
-        all become an `isError` result the caller (and its model) can read, bounded in time.
+        Never raises for upstream trouble: a JSON-RPC error, a timeout, an unreachable upstream or
+        an answer over the size limit all become an `isError` result the caller (and its model) can
+        read, bounded in time and in bytes read.
         """
         timeout = self._config.timeout_seconds
+        limit = self._limit()
         try:
-            with anyio.fail_after(timeout):
-                async with self._client(ForwardedCall(user_id, name, arguments)) as client:
+            with anyio.fail_after(timeout), limit.abort:
+                async with self._client(ForwardedCall(user_id, name, arguments), limit) as client:
                     return await client.call_tool(name, arguments, progress_callback=progress)
         except Exception as exc:  # transport failures arrive in many shapes
-            return _failure_result(name, _unwrap(exc), timeout)
+            if limit.refused is None:
+                return _failure_result(name, _unwrap(exc), timeout)
+        # Here only when an answer was refused: it cancelled `limit.abort`, or broke the call.
+        logger.warning("upstream tool %s: its answer was %s", name, limit.refused)
+        return error_result(f"The upstream server's answer to {name} was {limit.refused}.")
 
 
 def _failure_result(name: str, exc: BaseException, timeout: float) -> t.CallToolResult:

@@ -58,6 +58,7 @@ async def start_gateway(settings: GatewaySettings, stack: AsyncExitStack, catalo
         authorization=_secret(settings.authorization),
         user_header_secret=_secret(settings.user_header_secret),
         timeout_seconds=settings.timeout_seconds,
+        max_response_bytes=settings.max_response_bytes,
     )
     upstream = UpstreamClient(config, httpx2.AsyncHTTPTransport())
     stack.push_async_callback(upstream.aclose)

@@ -1,8 +1,9 @@
 """An MCP server middleware that refuses to send a `tools/call` result over a size limit.
 
 Every tool's result passes here (our own tools, the billing tools, an upstream's through the
-gateway), so the cap holds whatever a tool returns. An oversized result becomes a tool error that
-says so; the result itself is dropped.
+gateway), so the cap holds whatever a tool returns. It measures the result as it is sent: the
+whole JSON, `_meta`, annotations and every other field included, not only the text. An oversized
+result becomes a tool error that says so; the result itself is dropped.
 """
 
 from __future__ import annotations
@@ -17,18 +18,24 @@ from pydantic import TypeAdapter
 logger = logging.getLogger(__name__)
 
 _AS_JSON = TypeAdapter(Any)
+_RESULT_AS_JSON = TypeAdapter(CallToolResult)  # `dump_json` gives bytes; `model_dump_json`, a str
 
 
-def result_size(result: CallToolResult | dict[str, Any]) -> int | None:
-    """The bytes a tool result's content and structured content take as JSON text, near enough;
-    None for a result that carries neither (such as a payment prompt)."""
+def result_size(result: CallToolResult | dict[str, Any]) -> int:
+    """The bytes of the JSON a tool result is sent as (the SDK sends a model's non-None fields by
+    alias, a dict as it is)."""
     if isinstance(result, CallToolResult):
-        content: list[Any] = list(result.content)
-        structured = result.structured_content
-    else:
-        content, structured = result.get("content", []), result.get("structuredContent")
-        if not isinstance(content, list):
-            return None
+        return len(_RESULT_AS_JSON.dump_json(result, by_alias=True, exclude_none=True))
+    return len(_AS_JSON.dump_json(result))
+
+
+def text_bytes(result: CallToolResult | dict[str, Any]) -> int:
+    """The UTF-8 bytes of a result's text content items, without serializing anything: a lower
+    bound of `result_size`, so a result whose text alone is over the cap is refused without
+    copying it into JSON first."""
+    content: object = result.content if isinstance(result, CallToolResult) else result.get("content")
+    if not isinstance(content, list):
+        return 0
     size = 0
     for item in content:
         text = (
@@ -38,9 +45,8 @@ def result_size(result: CallToolResult | dict[str, Any]) -> int | None:
             if isinstance(item, dict)
             else None
         )
-        size += len(text.encode()) if isinstance(text, str) else len(_AS_JSON.dump_json(item))
-    if structured is not None:
-        size += len(_AS_JSON.dump_json(structured))
+        if isinstance(text, str):
+            size += len(text) if text.isascii() else len(text.encode(errors="replace"))
     return size
 
 
@@ -52,19 +58,28 @@ class ToolOutputCap:
         if ctx.method != "tools/call":
             return await call_next(ctx)
         result = await call_next(ctx)
-        if not isinstance(result, CallToolResult | dict):
+        # A payment prompt (`InputRequiredResult`, or its dict form) is ours, not a tool's output.
+        if not isinstance(result, CallToolResult | dict) or (
+            isinstance(result, dict) and result.get("resultType") == "input_required"
+        ):
             return result
+        text = text_bytes(result)
+        if text > self._max_bytes:
+            return self._refusal(ctx, f"over {text} bytes", text)
         size = result_size(result)
-        if size is None or size <= self._max_bytes:
-            return result
+        if size > self._max_bytes:
+            return self._refusal(ctx, f"{size} bytes", size)
+        return result
+
+    def _refusal(self, ctx: ServerRequestContext[Any, Any], size_text: str, size: int) -> CallToolResult:
         name = ctx.params.get("name") if ctx.params else None
-        logger.warning("tool %r returned %d bytes, over the %d-byte cap", name, size, self._max_bytes)
+        logger.warning("tool %r returned %s, over the %d-byte cap", name, size_text, self._max_bytes)
         return CallToolResult(
             content=[
                 TextContent(
                     type="text",
                     text=(
-                        f"The tool's output ({size} bytes) is over this service's limit of "
+                        f"The tool's output ({size_text}) is over this service's limit of "
                         f"{self._max_bytes} bytes; ask for less (for example a shorter input)."
                     ),
                 )

@@ -179,6 +179,16 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _upstream_answers_fit_a_result(self) -> Settings:
+        if self.gateway.url and self.gateway.max_response_bytes < self.tools.max_output_bytes:
+            raise ConfigurationError(
+                f"UPSTREAM_MAX_RESPONSE_BYTES ({self.gateway.max_response_bytes}) is below "
+                f"MAX_TOOL_OUTPUT_BYTES ({self.tools.max_output_bytes}): "
+                "an upstream result the cap allows could not be read"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _development_stays_on_loopback(self) -> Settings:
         if problem := listen_problem(self.http, development=self.is_development):
             raise ConfigurationError(problem)

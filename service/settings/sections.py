@@ -327,8 +327,8 @@ class ToolSettings(Section):
     max_output_bytes: int = Field(
         default=256 * 1024, ge=1024, le=64 * 1024 * 1024, alias="max_tool_output_bytes"
     )
-    """Largest tool result (content plus structured content); a larger one is replaced by a tool error
-    giving its size."""
+    """Largest tool result, measured as the JSON sent (content, structured content, `_meta` and all);
+    a larger one is replaced by a tool error giving its size."""
 
     _split = field_validator("packages", mode="before")(_split_csv)
 
@@ -416,6 +416,10 @@ class GatewaySettings(Section):
     """Upstream tools served free; a plan's `tools` makes one paid; any other upstream tool is not served."""
     timeout_seconds: float = Field(default=60.0, gt=0)
     """Bound on each forwarded call, and on reading the upstream's tools at start-up."""
+    max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
+    """Most bytes read of one upstream answer (a JSON body, or an SSE stream with its progress
+    notifications); a call whose answer goes past it ends with a tool error. At least
+    `MAX_TOOL_OUTPUT_BYTES`."""
 
     _split = field_validator("free_tools", mode="before")(_split_csv)
 

@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 from mcp import MCPError
@@ -19,7 +20,7 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import INVALID_PARAMS, ToolAnnotations
+from mcp_types import INVALID_PARAMS, Annotations, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -123,6 +124,30 @@ def build_upstream(release: anyio.Event) -> MCPServer:
         await release.wait()
         return "released"
 
+    @server.tool(description="A short text whose result carries `n` more bytes in `where`.")
+    def padded(where: Literal["result_meta", "item_meta", "item_annotations"], n: int) -> CallToolResult:
+        blob = "m" * n
+        if where == "result_meta":
+            return CallToolResult(content=[TextContent(text="small")], _meta={"blob": blob})
+        if where == "item_meta":
+            return CallToolResult(content=[TextContent(text="small", _meta={"blob": blob})])
+        annotated = TextContent(text="small", annotations=Annotations(last_modified=blob))
+        return CallToolResult(content=[annotated])
+
+    @server.tool(description="`n` bytes of text, after one progress notification.")
+    async def big_text(n: int, ctx: Context) -> str:
+        # The notification makes a 2026-07-28 upstream answer with an SSE stream, unless it answers JSON.
+        await ctx.report_progress(0, 1, "writing")
+        return "x" * n
+
+    @server.tool(description="Reports progress with a long message until the test releases it.")
+    async def chatter(ctx: Context) -> str:
+        step = 0
+        while not release.is_set():
+            step += 1
+            await ctx.report_progress(step, None, "junk " * 200)
+        return f"chattered {step} times"
+
     @server.tool(description="A tool no one classified: the gateway must not serve it.")
     def unclassified_admin() -> str:
         return "the vendor's admin tool ran"
@@ -143,6 +168,7 @@ class UpstreamHost:
     recorder: Recorder = field(default_factory=Recorder)
     release: anyio.Event = field(default_factory=anyio.Event)
     extra_tool: str | None = None
+    json_response: bool = False  # answer each request with one JSON body instead of an SSE stream
 
     @property
     def url(self) -> str:
@@ -156,6 +182,7 @@ class UpstreamHost:
             server.add_tool(lambda: "clash", name=self.extra_tool, description="Clashes with a local tool.")
         app = server.streamable_http_app(
             streamable_http_path="/mcp",
+            json_response=self.json_response,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         async with serve(self.recorder.wrap(app), self.reserved.listener()):

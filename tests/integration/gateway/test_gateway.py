@@ -25,7 +25,10 @@ from tests.support.service import RunningService, make_settings, run_service
 from tests.support.upstream import UPSTREAM_CREDENTIAL, USER_HEADER_SECRET, UpstreamHost, upstream_host
 
 # Every upstream tool but `unclassified_admin` (and `premium_report`, which a plan sells).
-FREE_UPSTREAM_TOOLS = ["echo", "count_slowly", "explode", "refuse", "hang", "signed_user"]
+FREE_UPSTREAM_TOOLS = [
+    *["echo", "count_slowly", "explode", "refuse", "hang", "signed_user"],
+    *["padded", "big_text", "chatter"],  # oversize answers, for tests/integration/bounds
+]
 ERAS = ["legacy", "auto"]  # 2025-11-25 sessions, and the sessionless 2026-07-28 the client negotiates
 
 PLANS = """

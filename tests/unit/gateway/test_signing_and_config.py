@@ -7,6 +7,7 @@ import hmac
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from service.gateway.signing import (
     DEFAULT_MAX_AGE_SECONDS,
@@ -118,3 +119,15 @@ def test_production_gateway_requires_the_signed_user_header() -> None:
         settings(**PRODUCTION, **GATEWAY)
     signing = settings(**PRODUCTION, **GATEWAY, upstream_user_header_secret="s" * 32)
     assert signing.gateway.user_header_secret is not None
+
+
+def test_upstream_answers_are_bounded_and_fit_a_whole_result() -> None:
+    assert settings().gateway.max_response_bytes == 4 * 1024 * 1024
+    with pytest.raises(ValidationError):
+        settings(upstream_max_response_bytes=1024)
+    with pytest.raises(ValidationError):
+        settings(upstream_max_response_bytes=10**12)
+    below_the_cap = {"upstream_max_response_bytes": 64 * 1024, "max_tool_output_bytes": 128 * 1024}
+    with pytest.raises(ConfigurationError, match=r"UPSTREAM_MAX_RESPONSE_BYTES \(65536\) is below MAX_TOOL"):
+        settings(**GATEWAY, **below_the_cap)
+    assert settings(**below_the_cap), "no gateway, no check"
