@@ -38,7 +38,6 @@ from service.dependencies import ResponseInstead, respond_instead
 from service.gateway.wiring import start_gateway
 from service.health.endpoints import router as health_router
 from service.health.readiness import Readiness
-from service.identity.client_registration import RegistrationLimiter
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider, StoredAccessToken
 from service.identity.oauth_routes import router as oauth_router
@@ -47,7 +46,7 @@ from service.identity.oidc.wiring import start_external_identity
 from service.identity.passwords import PasswordHashing
 from service.identity.sign_in import PasswordSignIn
 from service.identity.sign_in_gate import BusySignInGate
-from service.identity.throttle import SignInThrottle, throttle_policy
+from service.identity.throttle import AddressRateLimiter, SignInThrottle, throttle_policy
 from service.identity.token_cache import TokenCache
 from service.identity.token_throttle import TokenRequestThrottle
 from service.identity.token_verifier import StoredTokenVerifier
@@ -293,7 +292,7 @@ async def _start_runtime(
         reconciler=stripe_sync.reconciler,
         sandbox=sandbox,
         metrics=metrics,
-        registration_limiter=RegistrationLimiter(
+        registration_limiter=AddressRateLimiter(
             per_window=settings.identity.oauth_registrations_per_address_per_hour, window_seconds=3600
         ),
         webhook_checks=WebhookChecks.from_settings(

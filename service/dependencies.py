@@ -22,12 +22,12 @@ from service.billing.stripe_sync.verification import WebhookChecks
 from service.db.engine import SessionFactory
 from service.health.readiness import Readiness
 from service.identity import service as identity
-from service.identity.client_registration import RegistrationLimiter
 from service.identity.models import User
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
 from service.identity.paths import login_path, safe_next_path
 from service.identity.sign_in import PasswordSignIn
+from service.identity.throttle import AddressRateLimiter
 from service.observability.metrics import ServiceMetrics
 from service.paywall.gate import Paywall
 from service.runtime import Runtime
@@ -117,7 +117,7 @@ async def get_sign_in(request: Request) -> PasswordSignIn:
     return _runtime(request).sign_in
 
 
-async def get_registration_limiter(request: Request) -> RegistrationLimiter:
+async def get_registration_limiter(request: Request) -> AddressRateLimiter:
     return _runtime(request).registration_limiter
 
 

@@ -2,7 +2,8 @@
 
 Audit rows and stored Stripe events after their retention periods; browser sessions,
 authorization codes, tokens and elicitations some days after they expired (a token without an
-expiry, a personal access token, once that long has passed since it was revoked). Each batch is
+expiry, a personal access token, once that long has passed since it was revoked); consumed OIDC
+sign-in states an hour after their login cookie expired. Each batch is
 its own short transaction of at most `batch_rows` rows per table, so the job never holds locks
 for long, and every replica may run it: the lease lets one do the work.
 """
@@ -24,6 +25,7 @@ from service.billing.models import StripeEvent
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.identity.models import AuthorizationCode, BrowserSession, Token
+from service.identity.oidc.models import ConsumedLoginState
 from service.paywall.models import Elicitation
 from service.settings import RetentionSettings
 
@@ -31,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 LEASE_NAME = "retention"
 LEASE_TTL = timedelta(minutes=10)
+# A consumed state only has to outlive its login cookie; the margin covers replicas' clock skew.
+CONSUMED_STATE_MARGIN = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -56,8 +60,8 @@ def _expired_conditions(policy: RetentionPolicy, now: datetime) -> list[tuple[An
     """(table, which of its rows to delete) for every table the policy covers."""
     expired = now - policy.after_expiry
     audit, events = _table(AuditEvent), _table(StripeEvent)
-    sessions, codes, tokens, elicitations = (
-        _table(model) for model in (BrowserSession, AuthorizationCode, Token, Elicitation)
+    sessions, codes, tokens, elicitations, states = (
+        _table(model) for model in (BrowserSession, AuthorizationCode, Token, Elicitation, ConsumedLoginState)
     )
     return [
         (audit, audit.c.at < now - policy.audit),
@@ -73,6 +77,7 @@ def _expired_conditions(policy: RetentionPolicy, now: datetime) -> list[tuple[An
         ),
         # Their delivery rows go with them (ON DELETE CASCADE).
         (elicitations, elicitations.c.expires_at < expired),
+        (states, states.c.expires_at < now - CONSUMED_STATE_MARGIN),
     ]
 
 

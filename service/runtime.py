@@ -17,12 +17,11 @@ from service.billing.plans import PlanCatalog
 from service.billing.stripe_gateway import StripeGateway
 from service.db.engine import SessionFactory
 from service.health.readiness import Readiness
-from service.identity.client_registration import RegistrationLimiter
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.login import OidcLogin
 from service.identity.passwords import PasswordHashing
 from service.identity.sign_in import PasswordSignIn
-from service.identity.throttle import SignInThrottle
+from service.identity.throttle import AddressRateLimiter, SignInThrottle
 from service.observability.metrics import ServiceMetrics
 from service.paywall.bus import CompletionBus
 from service.paywall.gate import Paywall
@@ -62,7 +61,7 @@ class Runtime:
     sandbox: Sandbox | None
     metrics: ServiceMetrics
     passwords: PasswordHashing
-    registration_limiter: RegistrationLimiter
+    registration_limiter: AddressRateLimiter
     webhook_checks: WebhookChecks
     webhook_rejections: AuditSampler
     page_audits: AuditSampler  # which payment page views and refusals get an audit row

@@ -4,8 +4,6 @@ metadata of bounded size, at a bounded rate per client address (IPv6 by /64)."""
 from __future__ import annotations
 
 import ipaddress
-import time
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from mcp.server.auth.provider import RegistrationError
@@ -114,33 +112,3 @@ def check_redirect_uris(redirect_uris: Sequence[AnyUrl] | None) -> None:
         problem = redirect_uri_problem(uri)
         if problem is not None:
             raise RegistrationError("invalid_redirect_uri", problem)
-
-
-class RegistrationLimiter:
-    """A token bucket per client address, held in this process.
-
-    Refusing costs no database work, so a flood of registrations stays cheap; with several
-    replicas an address may register up to (replicas x limit) clients per window.
-    """
-
-    def __init__(self, *, per_window: int, window_seconds: float, max_addresses: int = 10_000) -> None:
-        self._capacity = float(per_window)
-        self._refill_per_second = per_window / window_seconds
-        self._max_addresses = max_addresses
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address: (tokens, at)
-
-    def allow(self, address: str) -> bool:
-        """Takes one registration from `address`'s bucket; False when it is empty."""
-        now = time.monotonic()
-        tokens, at = self._buckets.pop(address, (self._capacity, now))
-        tokens = min(self._capacity, tokens + (now - at) * self._refill_per_second)
-        allowed = tokens >= 1.0
-        self._buckets[address] = (tokens - 1.0 if allowed else tokens, now)
-        while len(self._buckets) > self._max_addresses:
-            self._buckets.popitem(last=False)
-        return allowed
-
-    def retry_after(self, address: str) -> int:
-        """Whole seconds until `address` may register again."""
-        tokens, _ = self._buckets.get(address, (self._capacity, 0.0))
-        return max(1, int((1.0 - tokens) / self._refill_per_second) + 1)

@@ -6,6 +6,8 @@ seconds, doubled with each further failure up to `lockout_max`; a key with no fa
 right password is refused, without a hash being computed, so a lockout costs the service nothing.
 State lives in this process (per replica), in a table bounded to `max_entries` keys, the least
 recently failed evicted first.
+
+`AddressRateLimiter` is the other kind: a plain rate per client address, every request counted.
 """
 
 from __future__ import annotations
@@ -118,3 +120,33 @@ class SignInThrottle:
 
     def succeeded(self, *, account: str) -> None:
         self._entries.pop(("account", account), None)
+
+
+class AddressRateLimiter:
+    """A token bucket per client address (keyed with `ip_key`), held in this process.
+
+    Refusing costs no database work, so a flood stays cheap; with several replicas an address
+    gets up to (replicas x limit) per window. Client registration and the OIDC callback use it.
+    """
+
+    def __init__(self, *, per_window: int, window_seconds: float, max_addresses: int = 10_000) -> None:
+        self._capacity = float(per_window)
+        self._refill_per_second = per_window / window_seconds
+        self._max_addresses = max_addresses
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # address: (tokens, at)
+
+    def allow(self, address: str) -> bool:
+        """Takes one request from `address`'s bucket; False when it is empty."""
+        now = time.monotonic()
+        tokens, at = self._buckets.pop(address, (self._capacity, now))
+        tokens = min(self._capacity, tokens + (now - at) * self._refill_per_second)
+        allowed = tokens >= 1.0
+        self._buckets[address] = (tokens - 1.0 if allowed else tokens, now)
+        while len(self._buckets) > self._max_addresses:
+            self._buckets.popitem(last=False)
+        return allowed
+
+    def retry_after(self, address: str) -> int:
+        """Whole seconds until `address` may try again."""
+        tokens, _ = self._buckets.get(address, (self._capacity, 0.0))
+        return max(1, int((1.0 - tokens) / self._refill_per_second) + 1)

@@ -515,6 +515,9 @@ class OidcSettings(Section):
     """Scopes the payment page's sign-in asks for."""
     jwks_min_refresh_seconds: float = Field(default=10.0, ge=0)
     """Least time between JWKS downloads triggered by an unknown key id."""
+    callbacks_per_address_per_hour: int = Field(default=30, ge=1, le=100_000)
+    """Sign-in answers at `/oidc/callback` one client address may have redeemed at the issuer per hour
+    (each is a token request with our client's secret), on each replica; past it `429`."""
 
     @model_validator(mode="after")
     def _issuer_needs_its_client(self) -> OidcSettings:

@@ -16,7 +16,7 @@ import secrets
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
@@ -50,7 +50,6 @@ class OidcProvider:
     port: int
     keys: list[RSAKey]
     process: asyncio.subprocess.Process
-    log: list[str] = field(default_factory=list)
 
     def sign(self, claims: dict[str, Any], *, key: RSAKey | None = None, typ: str = "at+jwt") -> str:
         """A JWT signed with the issuer's current key (or `key`), as the issuer would sign it."""
@@ -67,6 +66,22 @@ class OidcProvider:
             )
         assert response.status_code == 200, response.text
         return str(response.json()["access_token"])
+
+    async def requests_served(self, method: str, path: str) -> int:
+        """How many `method path` requests the provider has served so far, from anyone."""
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            response = await http.get(f"{self.issuer}/_test/requests")
+        response.raise_for_status()
+        return int(response.json().get(f"{method} {path}", 0))
+
+    async def token_requests(self) -> int:
+        return await self.requests_served("POST", "/token")
+
+    async def sign_in(self, authorization_url: str, username: str, redirect_uri: str) -> str:
+        """Follows `authorization_url` through the provider's login form as `username`; the URL it
+        then sends the browser to, on `redirect_uri` (not fetched)."""
+        async with httpx.AsyncClient(timeout=10.0) as http:
+            return await _follow_login(http, await http.get(authorization_url), username, redirect_uri)
 
     async def user_access_token(self, username: str, resource: str) -> str:
         """The authorization-code flow with PKCE, signing in as `username` on the provider's form."""
@@ -87,26 +102,11 @@ class OidcProvider:
                     "code_challenge_method": "S256",
                 },
             )
-            code = None
-            for _ in range(10):
-                if response.status_code in (302, 303):
-                    location = urljoin(str(response.url), response.headers["location"])
-                    if location.startswith(CLI_REDIRECT_URI):
-                        query = parse_qs(urlsplit(location).query)
-                        assert query.get("state") == [state], location
-                        assert "code" in query, location
-                        code = query["code"][0]
-                        break
-                    response = await http.get(location)
-                elif response.status_code == 200 and 'name="login"' in response.text:
-                    response = await http.post(
-                        str(response.url), data={"prompt": "login", "login": username, "password": "any"}
-                    )
-                else:
-                    raise AssertionError(
-                        f"unexpected {response.status_code} from the provider: {response.text}"
-                    )
-            assert code is not None, "the provider never redirected back with a code"
+            location = await _follow_login(http, response, username, CLI_REDIRECT_URI)
+            query = parse_qs(urlsplit(location).query)
+            assert query.get("state") == [state], location
+            assert "code" in query, location
+            code = query["code"][0]
             token = await http.post(
                 f"{self.issuer}/token",
                 data={
@@ -120,6 +120,26 @@ class OidcProvider:
             )
         assert token.status_code == 200, token.text
         return str(token.json()["access_token"])
+
+
+async def _follow_login(
+    http: httpx.AsyncClient, response: httpx.Response, username: str, redirect_uri: str
+) -> str:
+    """From the provider's answer to an authorization request, through its login form, to the
+    redirect back to `redirect_uri`: that URL."""
+    for _ in range(10):
+        if response.status_code in (302, 303):
+            location = urljoin(str(response.url), response.headers["location"])
+            if location.startswith(redirect_uri):
+                return location
+            response = await http.get(location)
+        elif response.status_code == 200 and 'name="login"' in response.text:
+            response = await http.post(
+                str(response.url), data={"prompt": "login", "login": username, "password": "any"}
+            )
+        else:
+            raise AssertionError(f"unexpected {response.status_code} from the provider: {response.text}")
+    raise AssertionError("the provider never redirected back")
 
 
 def _clients(payment_redirect_uri: str | None) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from service.dependencies import (
     BrowserSessionSecret,
+    ClientIp,
     CookiesDep,
     OidcDep,
     PagesDep,
@@ -16,7 +17,7 @@ from service.dependencies import (
     SettingsDep,
 )
 from service.identity import service as identity
-from service.identity.oidc.login import CALLBACK_PATH, LoginFailed
+from service.identity.oidc.login import CALLBACK_PATH, CallbackThrottled, LoginFailed
 from service.web.cookies import SESSION_COOKIE
 
 router = APIRouter(tags=["identity"])
@@ -31,11 +32,21 @@ async def oidc_callback(
     cookies: CookiesDep,
     session: SessionDep,
     previous: BrowserSessionSecret,
+    client_ip: ClientIp,
 ) -> Response:
     if login is None:
         return pages.message("Not found", "There is no external sign-in here.", status_code=404)
     try:
-        signed_in = await login.finish(request)
+        signed_in = await login.finish(request, client_ip)
+    except CallbackThrottled as exc:
+        # The login cookie is kept: its state was not consumed, so the same answer may come back later.
+        page = pages.message(
+            "Too many sign-ins",
+            "Too many sign-ins from your network. Wait a moment, then try again.",
+            status_code=429,
+        )
+        page.headers["Retry-After"] = str(exc.retry_after_seconds)
+        return page
     except LoginFailed as exc:
         page = pages.message(
             "Sign-in failed", str(exc), status_code=400, link_href="/login", link_text="Try again"

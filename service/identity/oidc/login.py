@@ -5,6 +5,10 @@ for. With an external provider that proof is an OIDC login at the same issuer, a
 client. The login's secrets (state, nonce, PKCE verifier, where to return) travel in a signed,
 short-lived, HttpOnly cookie, so nothing is stored before the provider answers. The result is our
 ordinary browser session cookie, and everything after it (CSRF, the payment page) is unchanged.
+
+Each callback that would redeem a code costs an outbound token request, so before that request it
+is rate-limited per client address and its state is consumed in the database: a state is redeemed
+once, on any replica, however long its cookie stays valid.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import hmac
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,10 +31,13 @@ from joserfc.jwt import JWTClaimsRegistry
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from service.db.engine import SessionFactory
 from service.identity.models import User
+from service.identity.oidc import states
 from service.identity.oidc.discovery import JwksCache, ProviderMetadata
 from service.identity.oidc.identities import ExternalIdentities
 from service.identity.oidc.tokens import LEEWAY_SECONDS
+from service.identity.throttle import AddressRateLimiter, ip_key
 from service.web.cookies import CookiePolicy
 
 logger = logging.getLogger(__name__)
@@ -37,10 +45,22 @@ logger = logging.getLogger(__name__)
 LOGIN_COOKIE = "oidc_login"
 LOGIN_MAX_AGE_SECONDS = 600
 CALLBACK_PATH = "/oidc/callback"
+# Ours are 43 characters; a longer one cannot match the cookie's and is refused unread.
+MAX_STATE_LENGTH = 128
+# Codes are the provider's; some are long JWTs, but none this long.
+MAX_CODE_LENGTH = 4096
 
 
 class LoginFailed(Exception):
     """The sign-in at the provider did not prove anyone; the message is safe to show."""
+
+
+class CallbackThrottled(Exception):
+    """Too many sign-in answers from this client address; nothing was sent to the provider."""
+
+    def __init__(self, retry_after_seconds: int) -> None:
+        super().__init__(retry_after_seconds)
+        self.retry_after_seconds = retry_after_seconds
 
 
 @dataclass(frozen=True)
@@ -61,6 +81,8 @@ class OidcLogin:
         keys: JwksCache,
         identities: ExternalIdentities,
         cookies: CookiePolicy,
+        sessions: SessionFactory,
+        callbacks: AddressRateLimiter,
         *,
         client_id: str,
         client_secret: str,
@@ -73,6 +95,8 @@ class OidcLogin:
         self.keys = keys  # shared with the access-token verifier
         self._identities = identities
         self._cookies = cookies
+        self._sessions = sessions
+        self._callbacks = callbacks
         self._client_id = client_id
         self._auth = httpx.BasicAuth(client_id, client_secret)
         self._redirect_uri = redirect_uri
@@ -105,22 +129,39 @@ class OidcLogin:
     def forget(self, response: Response) -> None:
         self._cookies.clear(response, LOGIN_COOKIE)
 
-    async def finish(self, request: Request) -> SignedIn:
-        """Checks the provider's answer, redeems the code and verifies the ID token."""
+    async def finish(self, request: Request, client_ip: str | None) -> SignedIn:
+        """Checks the provider's answer, redeems the code and verifies the ID token.
+
+        Raises `LoginFailed`, or `CallbackThrottled` when `client_ip` is over its rate."""
         try:
-            pending: dict[str, str] = self._serializer.loads(
-                request.cookies.get(self._cookies.name(LOGIN_COOKIE), ""), max_age=LOGIN_MAX_AGE_SECONDS
+            pending: dict[str, str]
+            pending, signed_at = self._serializer.loads(
+                request.cookies.get(self._cookies.name(LOGIN_COOKIE), ""),
+                max_age=LOGIN_MAX_AGE_SECONDS,
+                return_timestamp=True,
             )
         except BadSignature as exc:
             raise LoginFailed("This sign-in has expired or was started in another browser.") from exc
         state = request.query_params.get("state", "")
-        if not hmac.compare_digest(state.encode(), pending["state"].encode()):
+        if len(state) > MAX_STATE_LENGTH or not hmac.compare_digest(
+            state.encode(), pending["state"].encode()
+        ):
             raise LoginFailed("This sign-in answer does not belong to the sign-in this browser started.")
         if "error" in request.query_params:
             raise LoginFailed("The identity provider did not sign you in.")
         code = request.query_params.get("code")
         if not code:
             raise LoginFailed("The identity provider sent no authorization code.")
+        if len(code) > MAX_CODE_LENGTH:
+            raise LoginFailed("The identity provider's authorization code is too long.")
+        # Both before the token request: the rate bounds what a client address makes us send, and
+        # consuming the state stops a replay of this cookie from sending anything at all.
+        address = ip_key(client_ip or "unknown")
+        if not self._callbacks.allow(address):
+            raise CallbackThrottled(self._callbacks.retry_after(address))
+        expires_at = signed_at + timedelta(seconds=LOGIN_MAX_AGE_SECONDS)
+        if not await states.consume(self._sessions, state, expires_at):
+            raise LoginFailed("This sign-in was already used. Start again to sign in.")
         claims = await self._redeem(code, pending["verifier"], pending["nonce"])
         user = await self._identities.user(self._metadata.issuer, str(claims["sub"]), claims)
         return SignedIn(user=user, next_path=pending["next"])

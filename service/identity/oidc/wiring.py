@@ -14,6 +14,7 @@ from service.identity.oidc.identities import ExternalIdentities
 from service.identity.oidc.login import CALLBACK_PATH, OidcLogin
 from service.identity.oidc.tokens import IntrospectedTokens, JwtAccessTokens
 from service.identity.oidc.verifier import ExternalTokenVerifier, TokenValidator
+from service.identity.throttle import AddressRateLimiter
 from service.settings import HttpSettings, IdentitySettings, OidcSettings
 from service.web.cookies import CookiePolicy
 
@@ -74,6 +75,8 @@ async def start_external_identity(
         keys,
         identities,
         cookies,
+        sessions,
+        AddressRateLimiter(per_window=oidc.callbacks_per_address_per_hour, window_seconds=3600),
         client_id=oidc.client_id,
         client_secret=client_secret,
         redirect_uri=http.public_base_url + CALLBACK_PATH,

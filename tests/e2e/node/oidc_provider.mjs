@@ -4,6 +4,8 @@
 // clients, and the access token format for resource-bound tokens ("jwt" or "opaque").
 // Prints one JSON line {"issuer": ..., "port": ...} once it listens. Logins use devInteractions:
 // any login name is an account, whose id (the token's `sub`) is that name.
+// GET /_test/requests answers how many requests it has served, by "METHOD /path", so tests can
+// count what the service sent it (token requests, say).
 import http from 'node:http';
 import { readFileSync } from 'node:fs';
 import Provider from 'oidc-provider';
@@ -70,7 +72,19 @@ server.listen(config.port ?? 0, '127.0.0.1', () => {
       return grant;
     },
   });
-  server.on('request', provider.callback());
+  const served = {};
+  const callback = provider.callback();
+  server.on('request', (req, res) => {
+    const { pathname } = new URL(req.url, issuer);
+    if (req.method === 'GET' && pathname === '/_test/requests') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(served));
+      return;
+    }
+    const key = `${req.method} ${pathname}`;
+    served[key] = (served[key] ?? 0) + 1;
+    callback(req, res);
+  });
   process.stdout.write(`${JSON.stringify({ issuer, port })}\n`);
 });
 

@@ -16,6 +16,7 @@ from service.db.engine import SessionFactory, create_engine, create_session_fact
 from service.db.metadata import utcnow
 from service.identity import service as identity
 from service.identity.models import AuthorizationCode, BrowserSession, OAuthClient, Token
+from service.identity.oidc.models import ConsumedLoginState
 from service.paywall.models import Elicitation, ElicitationDelivery
 from service.retention import LEASE_NAME, RetentionJob, RetentionPolicy
 from tests.support.service import cheap_password_hashing
@@ -87,6 +88,10 @@ async def seed(sessions: SessionFactory) -> None:
         elicitation("el_old", user.id, -8 * DAY),
         elicitation("el_recent", user.id, -6 * DAY),
         elicitation("el_open", user.id, DAY),
+        # Consumed sign-in states go an hour after their login cookie expired, not days after.
+        ConsumedLoginState(state_hash="state-old", expires_at=now - timedelta(minutes=61)),
+        ConsumedLoginState(state_hash="state-recent", expires_at=now - timedelta(minutes=59)),
+        ConsumedLoginState(state_hash="state-live", expires_at=now + timedelta(minutes=5)),
     ]
     async with sessions() as session, session.begin():
         session.add_all(seeded)
@@ -125,6 +130,7 @@ async def test_retention_deletes_old_rows_and_keeps_recent_ones(sessions: Sessio
         "oauth_authorization_code": 1,
         "token": 2,
         "elicitation": 1,
+        "oidc_consumed_state": 1,
     }
     assert [row.detail for row in await rows(sessions, AuditEvent)] == ['{"keep": true}']
     assert [row.id for row in await rows(sessions, StripeEvent)] == ["evt_recent"]
@@ -137,6 +143,10 @@ async def test_retention_deletes_old_rows_and_keeps_recent_ones(sessions: Sessio
     }
     assert {row.id for row in await rows(sessions, Elicitation)} == {"el_recent", "el_open"}
     assert [row.elicitation_id for row in await rows(sessions, ElicitationDelivery)] == ["el_recent"]
+    assert {row.state_hash for row in await rows(sessions, ConsumedLoginState)} == {
+        "state-recent",
+        "state-live",
+    }
     assert (await job.run()).deleted == dict.fromkeys(report.deleted, 0)
 
 
