@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Final, Literal
 
 from sqlalchemy import Table, and_, bindparam, case, delete, func, or_, update
@@ -423,16 +423,6 @@ async def _count(session: AsyncSession, subscription: Subscription, period: str,
         return True
     # Another transaction made the row meanwhile and has committed (we waited for it): try again.
     return bool((await session.exec(raise_used)).rowcount == 1)
-
-
-async def usage_recorded_at(session: AsyncSession, call: PaidCall) -> datetime | None:
-    """When `call` was recorded, or None if it is not."""
-    row = await session.exec(
-        select(UsageRecord.created_at).where(
-            col(UsageRecord.user_id) == call.user_id, col(UsageRecord.call_key) == call.call_key
-        )
-    )
-    return row.first()
 
 
 async def release_call(session: AsyncSession, user_id: str, usage_id: str) -> Funding | None:

@@ -118,7 +118,8 @@ class SqliteDecisions:
 
     def decide(self, attempts: Sequence[SqliteAttempt]) -> list[Decision | Exception]:
         """One transaction for the batch, each decision in a savepoint, users in one order; when
-        the batch fails as a whole, each decision alone, so only the failing one fails."""
+        the batch fails as a whole, each decision alone, so only the failing one fails. `Busy`
+        when nothing was decided; once some were, those left are answered `Busy`."""
         db = self._db()
         if len(attempts) == 1:
             return [self._alone(db, attempts[0])]
@@ -130,11 +131,20 @@ class SqliteDecisions:
             # Which one failed is unknown (a constraint, a full disk): each alone, so only it fails.
             logger.info("%d paid-call decisions failed together; deciding each alone", len(attempts))
         results: list[Decision | Exception] = []
+        busy: Busy | None = None
         for attempt in attempts:
+            if busy is not None:
+                results.append(busy)
+                continue
             try:
                 results.append(self._alone(db, attempt))
-            except Busy:
-                raise  # the caller decides them all again (those committed pass as retries)
+            except Busy as exc:
+                if not results:
+                    raise  # nothing committed: the caller decides them all elsewhere
+                # Those decided stand (deciding them again would take them for retries); the
+                # caller decides the rest, each answered `Busy` here, elsewhere.
+                busy = exc
+                results.append(exc)
             except Exception as exc:
                 results.append(exc)
         return results

@@ -14,7 +14,6 @@ import logging
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -31,7 +30,6 @@ from service.billing.usage import (
     record_plan_call,
     release_call,
     spend_credit,
-    usage_recorded_at,
 )
 from service.billing.usage_postgres import PostgresDecisions
 from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
@@ -41,10 +39,6 @@ from service.db.wal import WalCheckpoints
 from service.paywall.entitlements import Entitlements
 
 logger = logging.getLogger(__name__)
-
-# A retry of a recorded call runs again without paying within this long of the call; later, the
-# same key is refused, so that one payment does not buy endless repeats.
-RETRY_WINDOW_SECONDS = 600
 
 # The `_meta` key under which a client names a call, so that a retry of it is not charged again.
 IDEMPOTENCY_KEY_META = "paid-mcp/idempotency-key"
@@ -107,7 +101,7 @@ class Verdict:
     # The usage row this decision recorded (what `release` takes back); None when it recorded
     # nothing: an unlimited plan, a refusal, or a retry of a call recorded before.
     usage_id: str | None = None
-    retried: bool = False  # a call recorded before: it passes without paying again
+    retried: bool = False  # a call recorded before: paid once, it is not run again
 
 
 ALLOWED = Verdict(allowed=True)
@@ -198,11 +192,6 @@ class Admission:
         self._entitlements.saw_without_credits(call.user_id)
         return Verdict(allowed=False, exhausted_plan_ids=frozenset(counted))
 
-    async def recorded_at(self, call: PaidCall) -> datetime | None:
-        """When `call` was first recorded (what a retry is measured against); None if it is not."""
-        async with self._sessions() as session:
-            return await usage_recorded_at(session, call)
-
     async def release(self, user_id: str, usage_id: str) -> None:
         """Take back what paid for a call that did not complete (`usage.release_call`)."""
         async with self._sessions() as session, session.begin():
@@ -216,6 +205,13 @@ class Admission:
         if self._sqlite is not None and isinstance(self._engine, AsyncEngine):
             decided = await self._decide_in_place(self._sqlite, self._engine, attempts)
             if decided is not None:
+                # Those the write lock stopped partway through the batch: through the pool.
+                for index, result in enumerate(decided):
+                    if isinstance(result, Busy):
+                        try:
+                            decided[index] = await self._decide_alone(attempts[index])
+                        except Exception as exc:
+                            decided[index] = exc
                 return decided
         if len(attempts) == 1:
             return [await self._decide_alone(attempts[0])]

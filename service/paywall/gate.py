@@ -36,15 +36,14 @@ from service.billing.plans import Plan
 from service.billing.usage import PaidCall
 from service.billing.usage_postgres import PostgresDecisions
 from service.db.engine import SessionFactory
-from service.db.metadata import utcnow
 from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
+from service.mcp_server.output_cap import result_size
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
 from service.paywall.admission import (
     IDEMPOTENCY_KEY_META,
-    RETRY_WINDOW_SECONDS,
     Admission,
     InvalidIdempotencyKey,
     call_key,
@@ -84,6 +83,9 @@ class GateSettings:
     retry_wait_seconds: float
     max_elicitations_per_hour: int
     max_sessions_owed: int
+    # The output cap (`ToolOutputCap`), which refuses a result after the gate: a result it will
+    # refuse is given back here. None: no cap.
+    max_output_bytes: int | None = None
 
 
 logger = logging.getLogger(__name__)
@@ -149,9 +151,19 @@ class Paywall:
         except BaseException:
             await self._release(decided, tool)
             raise
-        if isinstance(answer, CallToolResult) and answer.is_error:
+        if self._failed(answer):
             await self._release(decided, tool)
         return answer
+
+    def _failed(self, answer: object) -> bool:
+        """Whether a tool's answer is an error, or a result the output cap will refuse."""
+        cap = self._settings.max_output_bytes
+        if isinstance(answer, CallToolResult):
+            return answer.is_error or (cap is not None and result_size(answer) > cap)
+        # A tool's text is sent in JSON at least as long: over the cap as text, over it sent.
+        if not isinstance(answer, str) or cap is None or len(answer) * 4 <= cap:
+            return False  # four bytes at most to a character: within the cap
+        return len(answer.encode(errors="replace")) > cap
 
     async def _release(self, paid: PaidFor, tool: PaidTool) -> None:
         """Give back what paid for a call that did not complete, whatever cancels the task meanwhile:
@@ -166,11 +178,6 @@ class Paywall:
                 logger.warning("could not give back what paid for a failed %s call", tool.name, exc_info=True)
                 return
         logger.warning("giving back what paid for a failed %s call took over %ss", tool.name, RELEASE_SECONDS)
-
-    async def _recent(self, call: PaidCall) -> bool:
-        """Whether a retried call was first recorded within the retry window."""
-        recorded = await self._admission.recorded_at(call)
-        return recorded is None or utcnow() - recorded <= timedelta(seconds=RETRY_WINDOW_SECONDS)
 
     async def _guarded(
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
@@ -216,11 +223,13 @@ class Paywall:
             ),
         )
         verdict = await self._admission.admit(call, plan_ids)
-        if verdict.retried and not await self._recent(call):
+        if verdict.retried:
+            # Paid once, it runs once: a free repeat could also outlive the payment it rode on,
+            # which a failure of the first run gives back.
             return error_result(
-                f"{tool.name} did not run: this call was made more than {RETRY_WINDOW_SECONDS // 60} "
-                "minutes ago and is not repeated as its retry. Send it as a new request (with a new "
-                f"{IDEMPOTENCY_KEY_META!r}, if you sent one) to call {tool.name} again."
+                f"{tool.name} did not run again: this call (the same {IDEMPOTENCY_KEY_META!r}, or the "
+                f"same request in this session) was made before and paid once. To call {tool.name} "
+                "again, send a new request."
             )
         if verdict.allowed:
             return PaidFor(caller.user_id, verdict.usage_id)
@@ -229,9 +238,10 @@ class Paywall:
         async def admitted() -> bool:
             nonlocal paid
             later = await self._admission.admit(call, plan_ids, fresh=True)
-            if later.allowed:
+            if later.allowed and not later.retried:
                 paid = PaidFor(caller.user_id, later.usage_id)
-            return later.allowed
+                return True
+            return False
 
         unlocking = self._tools.unlocking_plans(tool)
         # Past a plan's included calls, offer the plans the user does not have (and credits).

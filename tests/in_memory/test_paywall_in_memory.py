@@ -12,7 +12,7 @@ from service.billing.usage_models import CreditEntry, UsageRecord
 from service.identity.models import User
 from service.paywall.models import Elicitation
 from tests.support import factories
-from tests.support.in_memory import InMemoryService
+from tests.support.in_memory import InMemoryService, run_in_memory
 from tests.support.mcp_clients import ClientProbe
 
 CHART = "ascii_chart"
@@ -183,3 +183,15 @@ async def test_a_call_that_fails_is_not_paid_for(memory: InMemoryService, fundin
         used = "included" if funding == "pro" else "metered"
         assert after[used] == before[used] + 1
     assert len(await memory.rows(UsageRecord, user_id=kim.id)) == 1
+
+
+async def test_a_result_over_the_output_cap_is_not_paid_for(database_url: str) -> None:
+    async with run_in_memory(database_url, max_tool_output_bytes=1024) as memory:
+        lea = await memory.add_user("lea")
+        granted = await factories.credits(memory, lea)
+        async with memory.client(lea) as client:
+            capped = await client.call_tool(CHART, {"values": [1.0] * 60, "width": 100})
+            small = await client.call_tool(CHART, CHART_ARGS)
+        assert capped.is_error and "over" in text_of(capped)
+        assert not small.is_error
+        assert (await paid_calls(memory, lea))["credits"] == granted - 1, "only the small result paid"

@@ -20,6 +20,7 @@ from service.billing.plans import CreditPack, MeteredPrice, Plan, PlanCatalog
 from service.billing.usage import (
     FUNDED_BY_CREDIT,
     FUNDED_BY_METER,
+    Decision,
     PaidCall,
     credit_balance,
     grant_credits,
@@ -28,7 +29,8 @@ from service.billing.usage import (
 )
 from service.billing.usage_models import UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
-from service.db.engine import create_engine, create_session_factory
+from service.billing.usage_sqlite import Busy, SqliteAttempt, SqliteDecisions
+from service.db.engine import create_engine, create_session_factory, open_sqlite_connection
 from service.db.metadata import utcnow
 from service.paywall.admission import Admission
 from service.paywall.entitlements import Entitlements
@@ -310,3 +312,42 @@ async def test_an_entitlement_change_drops_the_cached_subscription(ledger: Ledge
         assert await admit_all(admission, calls_of(ledger.user_id, ["b-1"])) == [True]
     finally:
         admission.close()
+
+
+async def test_a_batch_the_write_lock_stops_partway_keeps_what_it_decided(ledger: Ledger) -> None:
+    """Another process takes SQLite's write lock after some calls of a batch were decided one by
+    one: those stand as decided (deciding them again would take them for their own retries), and
+    only the rest answer `Busy`, for the caller to decide through the pool."""
+    if ledger.engine.url.get_backend_name() != "sqlite":
+        pytest.skip("SQLite's write lock")
+    await grant(ledger, ledger.user_id)
+    path = make_url(str(ledger.engine.url)).database
+    assert path is not None
+    blocker = sqlite3.connect(path, isolation_level=None, timeout=0)
+    begun = 0
+
+    def lock_at_the_fourth_transaction(statement: str) -> None:
+        nonlocal begun
+        if statement == "BEGIN IMMEDIATE":
+            begun += 1
+            if begun == 4:  # the batch's, then the first two calls alone: the third finds it taken
+                blocker.execute("BEGIN IMMEDIATE")
+
+    def connect() -> sqlite3.Connection:
+        connection = open_sqlite_connection(ledger.engine)
+        connection.set_trace_callback(lock_at_the_fourth_transaction)
+        return connection
+
+    decisions = SqliteDecisions(connect, CATALOG.get, CATALOG.metered_price, grace=timedelta(days=3))
+    calls = calls_of(ledger.user_id, ["first", "second"])
+    calls.insert(1, PaidCall(user_id="usr_gone", tool=TOOL, call_key="orphan"))  # fails the batch
+    try:
+        first, orphan, second = decisions.decide([SqliteAttempt(call, ()) for call in calls])
+    finally:
+        decisions.close()
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert isinstance(first, Decision) and first.allowed and first.usage_id is not None
+    assert isinstance(orphan, Exception) and not isinstance(orphan, Busy)
+    assert isinstance(second, Busy)
+    assert await balance(ledger, ledger.user_id) == (PACK.credits - 1, PACK.credits - 1)
