@@ -428,15 +428,19 @@ async def _count(session: AsyncSession, subscription: Subscription, period: str,
 async def release_call(session: AsyncSession, user_id: str, usage_id: str) -> Funding | None:
     """Take back what paid for a call that failed or was cancelled before it answered: its usage row
     goes, with the credit (a ledger entry gives it back) or the included call it used. A metered
-    call already reported to Stripe stays billed. How it had been paid, or None when nothing was
-    taken back."""
+    call the reporter has taken for sending stays billed. How it had been paid, or None when
+    nothing was taken back."""
     released = (
         await session.exec(
             delete(_USAGE)
             .where(
                 _USAGE.c.id == usage_id,
                 _USAGE.c.user_id == user_id,
-                or_(_USAGE.c.funding != FUNDED_BY_METER, _USAGE.c.reported_at.is_(None)),
+                # A metered call the reporter has taken for sending (or tried to) stays billed.
+                or_(
+                    _USAGE.c.funding != FUNDED_BY_METER,
+                    and_(_USAGE.c.reported_at.is_(None), _USAGE.c.next_report_at <= utcnow()),
+                ),
             )
             .returning(_USAGE.c.funding, _USAGE.c.subscription_id, _USAGE.c.period)
         )

@@ -39,6 +39,10 @@ FIRST_RETRY = timedelta(seconds=30)
 LONGEST_RETRY = timedelta(hours=1)
 # Stripe refuses events more than 35 days old: an older call is reported as of this long ago.
 OLDEST_TIMESTAMP = timedelta(days=34)
+# How long rows taken for sending stay out of others' hands: their next report time moves this far
+# ahead before they are sent, so a failed call no longer gives them back (`usage.release_call`),
+# and a process that dies while sending leaves them due again after it.
+CLAIM = LEASE_TTL
 
 
 @dataclass
@@ -115,19 +119,37 @@ class UsageReporter:
         return report
 
     async def due(self) -> list[UsageRecord]:
-        """The next batch of metered rows not yet reported whose retry time has come, oldest first."""
-        async with self._sessions() as session:
-            rows = await session.exec(
+        """The next batch of metered rows not yet reported whose retry time has come, oldest first,
+        claimed for sending (`CLAIM`): a row a failed call gave back meanwhile is not among them."""
+        now = utcnow()
+        claim = now + CLAIM
+        due = (
+            select(UsageRecord.id)
+            .where(
+                col(UsageRecord.funding) == FUNDED_BY_METER,
+                col(UsageRecord.reported_at).is_(None),
+                col(UsageRecord.next_report_at) <= now,
+            )
+            .order_by(col(UsageRecord.next_report_at), col(UsageRecord.id))
+            .limit(self._batch_size)
+        )
+        async with self._sessions() as session, session.begin():
+            # The write first: on SQLite a transaction that read before it writes can fail at once.
+            await session.exec(
+                update(UsageRecord)
+                .where(col(UsageRecord.id).in_(due.scalar_subquery()))
+                .values(next_report_at=claim)
+            )
+            claimed = await session.exec(
                 select(UsageRecord)
                 .where(
                     col(UsageRecord.funding) == FUNDED_BY_METER,
                     col(UsageRecord.reported_at).is_(None),
-                    col(UsageRecord.next_report_at) <= utcnow(),
+                    col(UsageRecord.next_report_at) == claim,
                 )
-                .order_by(col(UsageRecord.next_report_at), col(UsageRecord.id))
-                .limit(self._batch_size)
+                .order_by(col(UsageRecord.created_at), col(UsageRecord.id))
             )
-            return list(rows.all())
+            return list(claimed.all())
 
     async def send(self, rows: Sequence[UsageRecord]) -> _Outcome:
         """The rows as meter events, METER_EVENTS_PER_REQUEST a request and a few requests at a

@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import update
+from sqlmodel import col
 
 from service.billing.models import StripeCustomer, Subscription
 from service.billing.stripe_gateway import StripeGateway
+from service.billing.usage import release_call
 from service.billing.usage_models import CreditBalance, UsageRecord
 from service.billing.usage_reporter import UsageReporter
 from service.db.metadata import utcnow
@@ -202,6 +204,9 @@ async def test_a_crash_between_sending_and_recording_reports_each_call_once(serv
     assert len(rows) == 4
     await crashed.send(rows[:3])  # sent to Stripe, then the process died before recording it
     assert all(row.reported_at is None for row in await service.rows(UsageRecord))
+    assert await reporter(service, holder="replica-b").due() == [], "claimed by the crashed process"
+    async with service.runtime.sessions() as session, session.begin():
+        await session.exec(update(UsageRecord).values(next_report_at=utcnow()))  # the claim ran out
 
     restarted = await reporter(service, holder="replica-b").run()
     assert (restarted.sent, restarted.failed) == (4, 0)
@@ -260,7 +265,7 @@ async def test_many_calls_go_to_stripe_a_hundred_a_request_on_one_session(servic
     # request is refused, a new session is made, and the events go through on it.
     for lose_the_session in (lambda: advance(service, 16 * 60), service.sandbox.meter_event_sessions.clear):
         async with service.runtime.sessions() as session, session.begin():
-            await session.exec(update(UsageRecord).values(reported_at=None))
+            await session.exec(update(UsageRecord).values(reported_at=None, next_report_at=utcnow()))
         if (pending := lose_the_session()) is not None:
             await pending
         requests.clear()
@@ -284,3 +289,28 @@ async def test_report_usage_command_sends_and_compares(service: RunningService) 
     assert "sent 2 meter events; 0 failed" in done.stdout
     assert "match Stripe's meter event summaries" in done.stdout
     assert all(row.reported_at is not None for row in await service.rows(UsageRecord))
+
+
+async def test_a_metered_call_taken_for_sending_stays_billed_when_it_fails(service: RunningService) -> None:
+    """Once the reporter has taken a row to send, a failure of its call no longer gives it back:
+    Stripe may already count it, and the row must stay to match."""
+    async with pay_as_you_go_client(service, "gil") as client:
+        await ran(client)
+        await ran(client)
+    taken, left = await service.rows(UsageRecord, funding="metered")
+    async with service.runtime.sessions() as session, session.begin():
+        await session.exec(
+            update(UsageRecord)
+            .where(col(UsageRecord.id) == left.id)
+            .values(next_report_at=utcnow() + timedelta(hours=1))
+        )
+    assert [row.id for row in await reporter(service).due()] == [taken.id]
+    async with service.runtime.sessions() as session, session.begin():
+        assert await release_call(session, taken.user_id, taken.id) is None
+    async with service.runtime.sessions() as session, session.begin():
+        await session.exec(
+            update(UsageRecord).where(col(UsageRecord.id) == left.id).values(next_report_at=utcnow())
+        )
+    async with service.runtime.sessions() as session, session.begin():
+        assert await release_call(session, left.user_id, left.id) == "metered"
+    assert [row.id for row in await service.rows(UsageRecord, funding="metered")] == [taken.id]
