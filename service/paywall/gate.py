@@ -169,7 +169,7 @@ class Paywall:
         """Give back what paid for a call that did not complete, whatever cancels the task meanwhile:
         bounded in time, and logged rather than raised (the call's own outcome stands)."""
         if paid.usage_id is None:
-            return  # an unlimited plan's call, or a retry of a call paid before: nothing was spent
+            return  # an unlimited plan's call: nothing was spent
         with anyio.CancelScope(shield=True), anyio.move_on_after(RELEASE_SECONDS):
             try:
                 await self._admission.release(paid.user_id, paid.usage_id)
