@@ -185,7 +185,6 @@ async def _start_runtime(
             retry_wait_seconds=settings.paywall.retry_wait_seconds,
             max_elicitations_per_hour=settings.paywall.max_elicitations_per_hour,
             max_sessions_owed=settings.mcp.max_legacy_sessions_per_user,
-            max_output_bytes=settings.tools.max_output_bytes,
         ),
         sessions,
         entitlements,

@@ -17,7 +17,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
 from sqlalchemy import Table, and_, bindparam, case, delete, func, or_, update
@@ -442,12 +442,16 @@ async def release_call(session: AsyncSession, user_id: str, usage_id: str) -> Fu
                     and_(_USAGE.c.reported_at.is_(None), _USAGE.c.next_report_at <= utcnow()),
                 ),
             )
-            .returning(_USAGE.c.funding, _USAGE.c.subscription_id, _USAGE.c.period)
+            .returning(_USAGE.c.funding, _USAGE.c.subscription_id, _USAGE.c.period, _USAGE.c.created_at)
         )
     ).first()
     if released is None:
         return None
-    funding, subscription_id, period = released
+    funding, subscription_id, period, spent_at = released
+    if funding == FUNDED_BY_CREDIT and await _reversed_since(session, user_id, spent_at):
+        # A refund or dispute took the purchase back while the call ran, counting this credit as
+        # spent: giving it back now would hand out a credit of a purchase taken back.
+        return funding  # type: ignore[no-any-return]
     if funding == FUNDED_BY_CREDIT:
         await session.exec(
             update(_BALANCE)
@@ -466,6 +470,17 @@ async def release_call(session: AsyncSession, user_id: str, usage_id: str) -> Fu
             .values(used=_COUNTER.c.used - 1)
         )
     return funding  # type: ignore[no-any-return]
+
+
+async def _reversed_since(session: AsyncSession, user_id: str, since: datetime) -> bool:
+    """Whether a purchase of the user's was taken back at or after `since`."""
+    entry = CreditEntry
+    found = await session.exec(
+        select(entry.id)
+        .where(col(entry.user_id) == user_id, col(entry.reason) == "reversal", col(entry.created_at) >= since)
+        .limit(1)
+    )
+    return found.first() is not None
 
 
 async def included_used(session: AsyncSession, subscription: Subscription) -> int:

@@ -135,9 +135,15 @@ class UsageReporter:
         )
         async with self._sessions() as session, session.begin():
             # The write first: on SQLite a transaction that read before it writes can fail at once.
+            # The conditions again outside the subquery: PostgreSQL re-checks them on a row another
+            # claim changed while this one waited for it, and skips the row.
             await session.exec(
                 update(UsageRecord)
-                .where(col(UsageRecord.id).in_(due.scalar_subquery()))
+                .where(
+                    col(UsageRecord.id).in_(due.scalar_subquery()),
+                    col(UsageRecord.reported_at).is_(None),
+                    col(UsageRecord.next_report_at) <= now,
+                )
                 .values(next_report_at=claim)
             )
             claimed = await session.exec(

@@ -9,6 +9,8 @@ result becomes a tool error that says so; the result itself is dropped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -16,6 +18,19 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import TypeAdapter
 
 logger = logging.getLogger(__name__)
+
+OnRefused = Callable[[], Awaitable[None]]
+# What to do if the cap refuses the result of the tool call running now (the paywall gives back
+# what paid for it): a list the cap makes per call, which code deeper in the call appends to.
+_on_refused: ContextVar[list[OnRefused] | None] = ContextVar("on_refused", default=None)
+
+
+def when_refused(action: OnRefused) -> None:
+    """Run `action` if the cap refuses the current tool call's result (nothing outside a call)."""
+    actions = _on_refused.get()
+    if actions is not None:
+        actions.append(action)
+
 
 _AS_JSON = TypeAdapter(Any)
 _RESULT_AS_JSON = TypeAdapter(CallToolResult)  # `dump_json` gives bytes; `model_dump_json`, a str
@@ -57,7 +72,12 @@ class ToolOutputCap:
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         if ctx.method != "tools/call":
             return await call_next(ctx)
-        result = await call_next(ctx)
+        actions: list[OnRefused] = []
+        token = _on_refused.set(actions)
+        try:
+            result = await call_next(ctx)
+        finally:
+            _on_refused.reset(token)
         # A payment prompt (`InputRequiredResult`, or its dict form) is ours, not a tool's output.
         if not isinstance(result, CallToolResult | dict) or (
             isinstance(result, dict) and result.get("resultType") == "input_required"
@@ -65,15 +85,19 @@ class ToolOutputCap:
             return result
         text = text_bytes(result)
         if text > self._max_bytes:
-            return self._refusal(ctx, f"over {text} bytes", text)
+            return await self._refusal(ctx, f"over {text} bytes", text, actions)
         size = result_size(result)
         if size > self._max_bytes:
-            return self._refusal(ctx, f"{size} bytes", size)
+            return await self._refusal(ctx, f"{size} bytes", size, actions)
         return result
 
-    def _refusal(self, ctx: ServerRequestContext[Any, Any], size_text: str, size: int) -> CallToolResult:
+    async def _refusal(
+        self, ctx: ServerRequestContext[Any, Any], size_text: str, size: int, actions: list[OnRefused]
+    ) -> CallToolResult:
         name = ctx.params.get("name") if ctx.params else None
         logger.warning("tool %r returned %s, over the %d-byte cap", name, size_text, self._max_bytes)
+        for action in actions:
+            await action()
         return CallToolResult(
             content=[
                 TextContent(

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp_types import (
@@ -39,13 +40,14 @@ from service.db.engine import SessionFactory
 from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
-from service.mcp_server.output_cap import result_size
+from service.mcp_server.output_cap import when_refused
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
 from service.paywall.admission import (
     IDEMPOTENCY_KEY_META,
     Admission,
     InvalidIdempotencyKey,
+    Verdict,
     call_key,
     idempotency_key,
 )
@@ -83,9 +85,6 @@ class GateSettings:
     retry_wait_seconds: float
     max_elicitations_per_hour: int
     max_sessions_owed: int
-    # The output cap (`ToolOutputCap`), which refuses a result after the gate: a result it will
-    # refuse is given back here. None: no cap.
-    max_output_bytes: int | None = None
 
 
 logger = logging.getLogger(__name__)
@@ -142,30 +141,24 @@ class Paywall:
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any], body: Callable[[], Awaitable[Any]]
     ) -> Any:
         """`body`'s answer when the caller may run the tool, else what tells them how to pay. A call
-        that raises, is cancelled or answers an error gives back what paid for it."""
+        that raises, is cancelled, answers an error or a result the output cap refuses gives back
+        what paid for it."""
         decided = await self._guarded(ctx, tool, arguments)
         if not isinstance(decided, PaidFor):
             return decided
         try:
             answer = await body()
         except BaseException:
-            await self._release(decided, tool)
+            await self._release(decided, tool.name)
             raise
-        if self._failed(answer):
-            await self._release(decided, tool)
+        if isinstance(answer, CallToolResult) and answer.is_error:
+            await self._release(decided, tool.name)
+        elif decided.usage_id is not None:
+            # The result as sent is measured after this: a result the cap refuses is given back.
+            when_refused(lambda: self._release(decided, tool.name))
         return answer
 
-    def _failed(self, answer: object) -> bool:
-        """Whether a tool's answer is an error, or a result the output cap will refuse."""
-        cap = self._settings.max_output_bytes
-        if isinstance(answer, CallToolResult):
-            return answer.is_error or (cap is not None and result_size(answer) > cap)
-        # A tool's text is sent in JSON at least as long: over the cap as text, over it sent.
-        if not isinstance(answer, str) or cap is None or len(answer) * 4 <= cap:
-            return False  # four bytes at most to a character: within the cap
-        return len(answer.encode(errors="replace")) > cap
-
-    async def _release(self, paid: PaidFor, tool: PaidTool) -> None:
+    async def _release(self, paid: PaidFor, tool: str) -> None:
         """Give back what paid for a call that did not complete, whatever cancels the task meanwhile:
         bounded in time, and logged rather than raised (the call's own outcome stands)."""
         if paid.usage_id is None:
@@ -175,9 +168,22 @@ class Paywall:
                 await self._admission.release(paid.user_id, paid.usage_id)
                 return
             except Exception:
-                logger.warning("could not give back what paid for a failed %s call", tool.name, exc_info=True)
+                logger.warning("could not give back what paid for a failed %s call", tool, exc_info=True)
                 return
-        logger.warning("giving back what paid for a failed %s call took over %ss", tool.name, RELEASE_SECONDS)
+        logger.warning("giving back what paid for a failed %s call took over %ss", tool, RELEASE_SECONDS)
+
+    async def _admit(self, call: PaidCall, plan_ids: frozenset[str], *, fresh: bool = False) -> Verdict:
+        """The decision on `call`, taken to its end even when the call is cancelled meanwhile (a
+        decision queued for a batch commits anyway): then what it spent is given back."""
+        with anyio.CancelScope(shield=True):
+            verdict = await self._admission.admit(call, plan_ids, fresh=fresh)
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            if verdict.usage_id is not None:
+                await self._release(PaidFor(call.user_id, verdict.usage_id), call.tool)
+            raise
+        return verdict
 
     async def _guarded(
         self, ctx: Context, tool: PaidTool, arguments: dict[str, Any]
@@ -222,7 +228,7 @@ class Paywall:
                 idempotency_key=named,
             ),
         )
-        verdict = await self._admission.admit(call, plan_ids)
+        verdict = await self._admit(call, plan_ids)
         if verdict.retried:
             # Paid once, it runs once: a free repeat could also outlive the payment it rode on,
             # which a failure of the first run gives back.
@@ -237,7 +243,7 @@ class Paywall:
 
         async def admitted() -> bool:
             nonlocal paid
-            later = await self._admission.admit(call, plan_ids, fresh=True)
+            later = await self._admit(call, plan_ids, fresh=True)
             if later.allowed and not later.retried:
                 paid = PaidFor(caller.user_id, later.usage_id)
                 return True

@@ -3,6 +3,7 @@ says why, and the same call goes through once the database answers again."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
@@ -13,9 +14,11 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from service.billing.usage import credit_balance
+from service.billing.usage_models import CreditEntry
 from service.db.engine import libpq_url
 from tests.support import factories
 from tests.support.in_memory import InMemoryService, run_in_memory
+from tests.support.polling import until
 
 CHART = "ascii_chart"
 CHART_ARGS = {"values": [3, 1, 2], "labels": ["a", "b", "c"]}
@@ -88,3 +91,38 @@ async def test_billing_status_says_when_the_database_cannot_answer(
         "billing_status is not available right now: the database is unavailable. Try again in a few seconds."
     )
     assert not again.is_error, again
+
+
+async def test_a_call_cancelled_while_its_decision_waits_is_not_paid_for(database_url: str) -> None:
+    """The decision runs to its end (on SQLite one queued for a batch commits anyway); the call it
+    was for is gone, so what it spent is given back."""
+    if make_url(database_url).get_backend_name() != "postgresql":
+        pytest.skip("a decision seen waiting for a row lock in pg_stat_activity")
+    async with run_in_memory(database_url, database_lock_timeout_seconds=60) as memory:
+        kay = await memory.add_user("kay")
+        granted = await factories.credits(memory, kay)
+        async with memory.client(kay, mode="legacy") as client:
+            watching = psycopg.connect(libpq_url(database_url), autocommit=True)
+            with held_elsewhere(database_url, kay.id), watching as watcher:
+
+                async def waiting() -> bool:
+                    row = watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'paid-call-decisions'"
+                        " AND wait_event_type = 'Lock'"
+                    ).fetchone()
+                    return row is not None and row[0] == 1
+
+                call = asyncio.create_task(client.call_tool(CHART, CHART_ARGS))
+                await until(waiting, "the decision waits for the balance row")
+                call.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+
+            # The lock is free: the decision commits, and the cancelled call gives it back.
+            async def given_back() -> bool:
+                entries = await memory.rows(CreditEntry, user_id=kay.id)
+                return any(entry.source.startswith("returned:") for entry in entries)
+
+            await until(given_back, "the spent credit given back")
+            async with memory.runtime.sessions() as session:
+                assert await credit_balance(session, kay.id) == granted

@@ -191,7 +191,10 @@ async def test_a_result_over_the_output_cap_is_not_paid_for(database_url: str) -
         granted = await factories.credits(memory, lea)
         async with memory.client(lea) as client:
             capped = await client.call_tool(CHART, {"values": [1.0] * 60, "width": 100})
+            # Its text within the cap, but sent twice (content and structured content): over it.
+            capped_as_sent = await client.call_tool(CHART, {"values": [1.0] * 12, "width": 45})
             small = await client.call_tool(CHART, CHART_ARGS)
         assert capped.is_error and "over" in text_of(capped)
+        assert capped_as_sent.is_error and "over" in text_of(capped_as_sent)
         assert not small.is_error
         assert (await paid_calls(memory, lea))["credits"] == granted - 1, "only the small result paid"

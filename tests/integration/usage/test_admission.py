@@ -26,6 +26,7 @@ from service.billing.usage import (
     grant_credits,
     included_used,
     ledger_sum,
+    take_back_purchase,
 )
 from service.billing.usage_models import UsageRecord
 from service.billing.usage_postgres import PostgresDecisions
@@ -351,3 +352,24 @@ async def test_a_batch_the_write_lock_stops_partway_keeps_what_it_decided(ledger
     assert isinstance(orphan, Exception) and not isinstance(orphan, Busy)
     assert isinstance(second, Busy)
     assert await balance(ledger, ledger.user_id) == (PACK.credits - 1, PACK.credits - 1)
+
+
+async def test_a_call_failing_after_its_purchase_was_taken_back_gets_no_credit_back(ledger: Ledger) -> None:
+    """The refund counted the running call's credit as spent: giving it back when the call then
+    fails would leave the user a credit of a purchase taken back."""
+    async with ledger.sessions() as session, session.begin():
+        await grant_credits(session, ledger.user_id, PACK, source="checkout:cs_1", payment_intent_id="pi_1")
+    admission, _ = admission_for(ledger)
+    try:
+        running, failing = calls_of(ledger.user_id, ["running", "failing"])
+        before = await admission.admit(failing, UNLOCKING)
+        assert before.usage_id is not None
+        await admission.release(ledger.user_id, before.usage_id)  # failed before any refund: given back
+        verdict = await admission.admit(running, UNLOCKING)
+        assert verdict.allowed and verdict.usage_id is not None
+        async with ledger.sessions() as session, session.begin():
+            assert await take_back_purchase(session, "pi_1") == (ledger.user_id, PACK.credits - 1)
+        await admission.release(ledger.user_id, verdict.usage_id)  # the call then fails
+    finally:
+        admission.close()
+    assert await balance(ledger, ledger.user_id) == (0, 0)
