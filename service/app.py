@@ -218,7 +218,13 @@ async def _start_runtime(
     await stack.enter_async_context(
         every(
             settings.billing.usage_report_interval_seconds,
-            UsageReporter(sessions, gateway, catalog, holder=lease_holder()).run,
+            UsageReporter(
+                sessions,
+                gateway,
+                catalog,
+                holder=lease_holder(),
+                settle=timedelta(seconds=settings.billing.usage_report_settle_seconds),
+            ).run,
             name="usage-report",
             jitter=0.1,
         )

@@ -173,7 +173,11 @@ async def report_usage(settings: Settings, hours: int) -> int:
         async with stripe_context(settings) as context:
             catalog = PlanCatalog.load(settings.billing.plans_file)  # stripe_context has checked it
             reporter = UsageReporter(
-                create_session_factory(engine), context.gateway, catalog, holder=lease_holder()
+                create_session_factory(engine),
+                context.gateway,
+                catalog,
+                holder=lease_holder(),
+                settle=timedelta(seconds=settings.billing.usage_report_settle_seconds),
             )
             report = await reporter.run()
             end = utcnow()

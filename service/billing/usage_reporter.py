@@ -1,6 +1,7 @@
 """Sends recorded metered calls to Stripe as meter events, and checks Stripe counted what we did.
 
 Each metered call's usage row was written in the transaction that let the call run. This job
+leaves a row alone while its call may still fail and be given back (`settle`, a few minutes), then
 reads unreported rows in batches (no transaction held while Stripe is called), sends them to
 Stripe's meter event stream (API v2), a hundred events a request, each with the row's id as its
 `identifier`, then marks the sent rows reported. A crash after sending and before marking sends
@@ -85,8 +86,10 @@ class UsageReporter:
         holder: str,
         batch_size: int = BATCH_SIZE,
         lease_ttl: timedelta = LEASE_TTL,
+        settle: timedelta,
     ) -> None:
         self._sessions = sessions
+        self._settle = settle
         self._gateway = gateway
         self._catalog = catalog
         self._batch_size = batch_size
@@ -119,8 +122,9 @@ class UsageReporter:
         return report
 
     async def due(self) -> list[UsageRecord]:
-        """The next batch of metered rows not yet reported whose retry time has come, oldest first,
-        claimed for sending (`CLAIM`): a row a failed call gave back meanwhile is not among them."""
+        """The next batch of metered rows not yet reported whose retry time has come and whose call
+        was let run at least `settle` ago, oldest first, claimed for sending (`CLAIM`): a row a
+        failed call gave back meanwhile is not among them."""
         now = utcnow()
         claim = now + CLAIM
         due = (
@@ -129,6 +133,7 @@ class UsageReporter:
                 col(UsageRecord.funding) == FUNDED_BY_METER,
                 col(UsageRecord.reported_at).is_(None),
                 col(UsageRecord.next_report_at) <= now,
+                col(UsageRecord.created_at) <= now - self._settle,
             )
             .order_by(col(UsageRecord.next_report_at), col(UsageRecord.id))
             .limit(self._batch_size)

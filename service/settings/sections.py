@@ -307,6 +307,10 @@ class BillingSettings(Section):
     usage_report_interval_seconds: float = Field(default=60.0, ge=0, le=86400)
     """How often each replica tries to send recorded metered calls to Stripe as meter events, one
     replica at a time (a failed event is retried with backoff); `0`: never."""
+    usage_report_settle_seconds: float = Field(default=300.0, ge=0, le=1800)
+    """A metered call is sent to Stripe no sooner than this after it was let run, so that a call that
+    fails or is cancelled meanwhile is given back and never billed. Stripe takes usage for a period
+    until its invoice is finalized, an hour after the period ends: keep this well under that."""
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
     """How often each replica tries to reconcile with Stripe, one replica at a time; `0`: never."""
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)

@@ -97,7 +97,10 @@ async def service(tmp_path: Path, database_url: str) -> AsyncIterator[RunningSer
 
 def reporter(service: RunningService, holder: str = "test") -> UsageReporter:
     runtime = service.runtime
-    return UsageReporter(runtime.sessions, runtime.stripe, runtime.catalog, holder=holder)
+    # Calls settle for no time here: the tests send what they have just recorded.
+    return UsageReporter(
+        runtime.sessions, runtime.stripe, runtime.catalog, holder=holder, settle=timedelta(0)
+    )
 
 
 @asynccontextmanager
@@ -227,7 +230,9 @@ async def test_a_meter_event_stripe_did_not_take_is_retried_after_a_backoff(serv
         unreachable = f"http://127.0.0.1:{port_of(closed)}"  # bound, never listening: refused
     down = StripeGateway.create("sk_test_down", unreachable, runtime.catalog)
     try:
-        report = await UsageReporter(runtime.sessions, down, runtime.catalog, holder="test").run()
+        report = await UsageReporter(
+            runtime.sessions, down, runtime.catalog, holder="test", settle=timedelta(0)
+        ).run()
     finally:
         await down.aclose()
     assert (report.sent, report.failed) == (0, 1)
@@ -283,6 +288,7 @@ async def test_report_usage_command_sends_and_compares(service: RunningService) 
         "STRIPE_SECRET_KEY": service.settings.stripe.secret_key.get_secret_value(),
         "STRIPE_API_BASE": service.sandbox.config.public_base_url,
         "PLANS_FILE": str(service.settings.billing.plans_file),
+        "USAGE_REPORT_SETTLE_SECONDS": "0",
     }
     done = await run_cli("stripe", "report-usage", "--hours", "1", env=env)
     assert done.returncode == 0, done.stderr
@@ -314,3 +320,27 @@ async def test_a_metered_call_taken_for_sending_stays_billed_when_it_fails(servi
     async with service.runtime.sessions() as session, session.begin():
         assert await release_call(session, left.user_id, left.id) == "metered"
     assert [row.id for row in await service.rows(UsageRecord, funding="metered")] == [taken.id]
+
+
+async def test_a_metered_call_is_not_sent_while_it_may_still_fail(service: RunningService) -> None:
+    """The reporter leaves a metered call alone for the settling time (the service's default), so a
+    call that fails meanwhile is given back and never reaches Stripe; a settled one is sent."""
+    runtime = service.runtime
+    settle = timedelta(seconds=service.settings.billing.usage_report_settle_seconds)
+    assert settle >= timedelta(minutes=1), "the default settles calls"
+    settling = UsageReporter(runtime.sessions, runtime.stripe, runtime.catalog, holder="t", settle=settle)
+    async with pay_as_you_go_client(service, "hal") as client:
+        await ran(client)
+        await ran(client)
+    failed, settled = await service.rows(UsageRecord, funding="metered")
+    assert await settling.due() == [], "both calls are still settling"
+    async with service.runtime.sessions() as session, session.begin():
+        assert await release_call(session, failed.user_id, failed.id) == "metered"
+        await session.exec(
+            update(UsageRecord)
+            .where(col(UsageRecord.id) == settled.id)
+            .values(created_at=utcnow() - settle - timedelta(seconds=1))
+        )
+    report = await settling.run()
+    assert (report.sent, report.failed) == (1, 0)
+    assert [row.id for row in await service.rows(UsageRecord, funding="metered")] == [settled.id]
