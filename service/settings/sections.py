@@ -66,6 +66,11 @@ class Section(BaseModel):
     title: ClassVar[str]
 
 
+# The widest range TRUSTED_PROXIES accepts per IP version: a private /8 or a CDN's published ranges
+# fit, "everyone" (0.0.0.0/0, ::/0) and its near relatives do not.
+WIDEST_PROXY_PREFIX = {4: 8, 6: 16}
+
+
 class HttpSettings(Section):
     model_config = section_config()
     title: ClassVar[str] = "HTTP service"
@@ -82,7 +87,8 @@ class HttpSettings(Section):
     secret_key: SecretStr = SecretStr(DEV_SECRET_KEY)
     """Signs login requests and CSRF tokens; 32 characters or more in production."""
     trusted_proxies: CsvList = []
-    """Proxies (addresses or CIDR ranges) whose `X-Forwarded-For` names the client; empty: trust none."""
+    """Proxies (addresses or CIDR ranges, none wider than /8 for IPv4 or /16 for IPv6) whose
+    `X-Forwarded-For` names the client; empty: trust none."""
     max_request_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     """Largest request body accepted on any route, `/mcp` and pages included; a larger one is answered 413."""
     max_webhook_body_bytes: int = Field(default=512 * 1024, ge=1024, le=64 * 1024 * 1024)
@@ -97,11 +103,19 @@ class HttpSettings(Section):
     def _proxies_are_addresses(cls, value: list[str]) -> list[str]:
         for entry in value:
             try:
-                ip_network(entry, strict=False)
+                network = ip_network(entry, strict=False)
             except ValueError:
                 raise ValueError(
                     f"TRUSTED_PROXIES entry {entry!r} is not an IP address or CIDR range"
                 ) from None
+            widest = WIDEST_PROXY_PREFIX[network.version]
+            if network.prefixlen < widest:
+                # Every per-address limit trusts the forwarded address: a range this wide lets a
+                # large part of the internet name any client it likes.
+                raise ValueError(
+                    f"TRUSTED_PROXIES entry {entry!r} is wider than /{widest}: name the proxies' own "
+                    "addresses or ranges"
+                )
         return value
 
     @field_validator("public_base_url")

@@ -108,3 +108,14 @@ def test_a_section_passed_whole_outranks_the_environment(monkeypatch: pytest.Mon
     assert settings.stripe.secret_key.get_secret_value() == "sk_test_given"
     assert settings.stripe.api_base is None, "the section given whole is used as given"
     assert Settings(_env_file=None, stripe_secret_key="sk_test_kw").stripe.api_base == "http://127.0.0.1:2"  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("everyone", ["0.0.0.0/0", "::/0", "128.0.0.0/1", "10.0.0.0/7", "2000::/3"])
+def test_trusted_proxies_refuse_a_range_that_trusts_much_of_the_internet(everyone: str) -> None:
+    with pytest.raises(ValidationError, match="wider than"):
+        HttpSettings(trusted_proxies=["127.0.0.1", everyone])
+
+
+def test_trusted_proxies_take_private_ranges_and_published_proxy_ranges() -> None:
+    proxies = ["10.0.0.0/8", "172.16.0.0/12", "104.16.0.0/13", "2606:4700::/32", "fc00::/16"]
+    assert HttpSettings(trusted_proxies=proxies).trusted_proxies == proxies
