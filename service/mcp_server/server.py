@@ -27,6 +27,7 @@ from service.mcp_server.event_store import SessionEventStore, SessionScopes
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
+from service.mcp_server.requests_in_flight import RequestsInFlight, UserRequestLimit
 from service.settings import McpSettings, Settings
 
 
@@ -105,6 +106,7 @@ class McpHttp:
     app: Starlette  # the SDK's app: /authorize and the metadata documents (its `/mcp` is not routed to)
     endpoint: ASGIApp  # `/mcp`: the SDK's bearer authentication, our guards, the SDK's transport
     sessions: LegacySessions  # who holds which legacy session, capped per user
+    in_flight: RequestsInFlight  # each user's requests under way, capped per user
     events: SessionEventStore | None  # what resumable SSE streams keep; None when they are off
 
 
@@ -122,8 +124,9 @@ def event_store(mcp: McpSettings) -> SessionEventStore | None:
 
 def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier) -> McpHttp:
     """The SDK's Streamable HTTP app (which also creates `server.session_manager`), and `/mcp` built
-    from the SDK's public pieces with ours between them: behind authentication, the per-user
-    session cap, then the JSON-RPC shape check (only a signed-in caller's body is parsed twice)."""
+    from the SDK's public pieces with ours between them: behind authentication, the per-user caps on
+    requests in flight and on sessions, then the JSON-RPC shape check (only a signed-in caller's
+    body is parsed twice)."""
     events = event_store(settings.mcp)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
@@ -149,5 +152,8 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
     )
     if events is not None:
         transport = SessionScopes(transport, events)
-    endpoint = bearer_protected(LegacySessionLimit(transport, sessions), verifier, auth)
-    return McpHttp(app=app, endpoint=endpoint, sessions=sessions, events=events)
+    in_flight = RequestsInFlight(max_per_user=settings.mcp.max_requests_in_flight_per_user)
+    endpoint = bearer_protected(
+        UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight), verifier, auth
+    )
+    return McpHttp(app=app, endpoint=endpoint, sessions=sessions, in_flight=in_flight, events=events)

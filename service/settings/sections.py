@@ -245,6 +245,11 @@ class McpSettings(Section):
     )
     """Open 2025-11-25 sessions per user (the SDK's own cap is for the whole process); also how many
     sessions one elicitation keeps owed its completion notice."""
+    max_requests_in_flight_per_user: int = Field(
+        default=128, ge=1, le=100_000, alias="max_mcp_requests_in_flight_per_user"
+    )
+    """`POST /mcp` requests one user may have under way at once on a replica (tool calls, calls
+    waiting for a payment, any other request); beyond them, 429 with `Retry-After`."""
 
     _split = field_validator("allowed_hosts", "allowed_origins", "request_state_keys", mode="before")(
         _split_csv

@@ -90,7 +90,25 @@ class Recorder:
         return users
 
 
-def build_upstream(release: anyio.Event) -> MCPServer:
+@dataclass
+class Hanging:
+    """How many calls of the upstream's `hang` tool have started waiting."""
+
+    started: int = 0
+    _changed: anyio.Event = field(default_factory=anyio.Event)
+
+    def start(self) -> None:
+        self.started += 1
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def reached(self, calls: int) -> None:
+        """Returns once `calls` calls have started."""
+        while self.started < calls:
+            await self._changed.wait()
+
+
+def build_upstream(release: anyio.Event, hanging: Hanging | None = None) -> MCPServer:
     server = MCPServer("vendor-upstream")
 
     @server.tool(
@@ -121,6 +139,8 @@ def build_upstream(release: anyio.Event) -> MCPServer:
 
     @server.tool(description="Waits until the test releases it.")
     async def hang() -> str:
+        if hanging is not None:
+            hanging.start()
         await release.wait()
         return "released"
 
@@ -167,6 +187,7 @@ class UpstreamHost:
     reserved: ReservedPort
     recorder: Recorder = field(default_factory=Recorder)
     release: anyio.Event = field(default_factory=anyio.Event)
+    hanging: Hanging = field(default_factory=Hanging)
     extra_tool: str | None = None
     json_response: bool = False  # answer each request with one JSON body instead of an SSE stream
 
@@ -177,7 +198,7 @@ class UpstreamHost:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[MCPServer]:
         """Serve a fresh upstream on `port` (a server's session manager runs only once)."""
-        server = build_upstream(self.release)
+        server = build_upstream(self.release, self.hanging)
         if self.extra_tool is not None:
             server.add_tool(lambda: "clash", name=self.extra_tool, description="Clashes with a local tool.")
         app = server.streamable_http_app(

@@ -1,0 +1,87 @@
+"""A per-user cap on `/mcp` requests in flight at once, on this replica.
+
+2026-07-28 requests open no session, so the legacy session cap does not bound them: without this,
+one token could keep any number of tool calls running (each a task, a worker thread for a sync tool,
+a connection upstream in gateway mode) and crowd out every other user. A POST beyond the caller's
+cap is answered at once with 429, a `Retry-After` and a JSON-RPC error, before its body is read;
+other users are not affected. GET (a session's event stream, bounded by the session cap) and DELETE
+are not counted.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_SECONDS = 1
+
+
+class RequestsInFlight:
+    """Counts each user's requests under way, at most `max_per_user` each."""
+
+    def __init__(self, *, max_per_user: int) -> None:
+        self.max_per_user = max_per_user
+        self._counts: dict[str, int] = {}
+
+    def count(self, user: str) -> int:
+        return self._counts.get(user, 0)
+
+    def enter(self, user: str) -> bool:
+        """Take one of `user`'s places; False (and nothing taken) when all are taken."""
+        held = self._counts.get(user, 0)
+        if held >= self.max_per_user:
+            return False
+        self._counts[user] = held + 1
+        return True
+
+    def leave(self, user: str) -> None:
+        left = self._counts.get(user, 0) - 1
+        if left > 0:
+            self._counts[user] = left
+        else:
+            self._counts.pop(user, None)
+
+
+class UserRequestLimit:
+    """ASGI layer in front of the SDK's `/mcp` endpoint, behind authentication: refuses a POST
+    beyond the caller's requests in flight with 429."""
+
+    def __init__(self, app: ASGIApp, in_flight: RequestsInFlight) -> None:
+        self.app = app
+        self._in_flight = in_flight
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        user = scope.get("user") if scope["type"] == "http" and scope["method"] == "POST" else None
+        if not isinstance(user, AuthenticatedUser):
+            await self.app(scope, receive, send)
+            return
+        token = user.access_token
+        caller = token.subject or f"client:{token.client_id}"
+        if not self._in_flight.enter(caller):
+            logger.info("refused an MCP request: the caller has %d in flight", self._in_flight.max_per_user)
+            await _too_many_requests(self._in_flight.max_per_user)(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self._in_flight.leave(caller)
+
+
+def _too_many_requests(cap: int) -> Response:
+    message = (
+        f"Too many MCP requests in flight for this account: at most {cap} at a time. Wait for one "
+        "to finish, then retry."
+    )
+    body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
+    return Response(
+        body.model_dump_json(by_alias=True, exclude_unset=True),
+        status_code=429,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        media_type="application/json",
+    )
