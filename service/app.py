@@ -237,7 +237,7 @@ async def _start_runtime(
             jitter=0.1,
         )
     )
-    threads = ToolThreads(settings.tuning.sync_tool_threads)
+    threads = ToolThreads(settings.tuning.sync_tool_threads, settings.tuning.sync_tool_threads_per_user)
 
     def build_mcp(upstream_tools: list[Tool]) -> MCPServer:
         mcp = build_mcp_server(

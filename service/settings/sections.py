@@ -421,6 +421,10 @@ class TuningSettings(Section):
     sync_tool_threads: int = Field(default=40, ge=1, le=1000)
     """Sync tool calls running at once in worker threads; more wait for a thread (see
     `service/tool_threads.py`)."""
+    sync_tool_threads_per_user: int = Field(default=20, ge=1, le=1000)
+    """Of those, the most one user's calls hold at once; their further sync calls wait for one of
+    their own to end, so one user's slow calls leave threads for others (at most
+    `SYNC_TOOL_THREADS`)."""
 
 
 class GatewaySettings(Section):
