@@ -25,10 +25,11 @@ from mcp.server.auth.middleware.bearer_auth import (
 )
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.mcp_server.refusal import refusal
 
 logger = logging.getLogger(__name__)
 
@@ -243,9 +244,4 @@ def _too_many_sessions(cap: int) -> Response:
         f"Too many open MCP sessions for this account: at most {cap} at a time. Close sessions you "
         "no longer use (HTTP DELETE /mcp with their Mcp-Session-Id) or wait for idle ones to time out."
     )
-    body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
-    return Response(
-        body.model_dump_json(by_alias=True, exclude_unset=True),
-        status_code=429,
-        media_type="application/json",
-    )
+    return refusal(message, status_code=429)

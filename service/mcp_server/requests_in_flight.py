@@ -13,9 +13,10 @@ from __future__ import annotations
 import logging
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.mcp_server.refusal import refusal
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +79,4 @@ def _too_many_requests(cap: int) -> Response:
         f"Too many MCP requests in flight for this account: at most {cap} at a time. Wait for one "
         "to finish, then retry."
     )
-    body = JSONRPCError(jsonrpc="2.0", id=None, error=ErrorData(code=INVALID_REQUEST, message=message))
-    return Response(
-        body.model_dump_json(by_alias=True, exclude_unset=True),
-        status_code=429,
-        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
-        media_type="application/json",
-    )
+    return refusal(message, status_code=429, retry_after=RETRY_AFTER_SECONDS)
