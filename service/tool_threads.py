@@ -11,6 +11,7 @@ threads for everyone else; their further calls wait for one of their own to end.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -25,7 +26,8 @@ class _Share:
     """One user's places among the threads, and how many of their calls hold or await one."""
 
     def __init__(self, places: int) -> None:
-        self.limiter = anyio.CapacityLimiter(places)
+        # asyncio's semaphore takes a free place without a trip around the event loop.
+        self.places = asyncio.Semaphore(places)
         self.calls = 0
 
 
@@ -57,7 +59,7 @@ class ToolThreads:
             share = self._shares[user] = _Share(self._per_user)
         share.calls += 1
         try:
-            async with share.limiter:
+            async with share.places:
                 return await anyio.to_thread.run_sync(function, limiter=self._limiter)
         finally:
             share.calls -= 1
