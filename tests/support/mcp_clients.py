@@ -12,7 +12,7 @@ import httpx2
 import mcp_types as t
 import pytest
 from mcp import Client, MCPError, UrlElicitationRequiredError
-from mcp.client.session import ClientSession
+from mcp.client import ClientRequestContext, ClientSession, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
 
 ElicitAnswer = Callable[[t.ElicitRequestURLParams], Awaitable[t.ElicitResult]]
@@ -43,14 +43,16 @@ class ClientProbe:
     completed: list[str] = field(default_factory=list)
     _completion: asyncio.Event = field(default_factory=asyncio.Event)
 
-    async def elicitation_callback(self, ctx: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+    async def elicitation_callback(
+        self, context: ClientRequestContext, params: t.ElicitRequestParams
+    ) -> t.ElicitResult:
         if isinstance(params, t.ElicitRequestURLParams):
             self.url_requests.append(params)
             return await self.answer(params)
         self.form_requests += 1
         return t.ElicitResult(action="decline")
 
-    async def message_handler(self, message: Any) -> None:
+    async def message_handler(self, message: IncomingMessage) -> None:
         if isinstance(message, t.ElicitCompleteNotification):
             self.completed.append(message.params.elicitation_id)
             self._completion.set()

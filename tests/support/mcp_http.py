@@ -20,9 +20,13 @@ ACCEPT = "application/json, text/event-stream"
 async def post_initialize(
     service: RunningService, authorization: str | bytes | None
 ) -> tuple[int, dict[str, str]]:
-    headers: dict[str, str | bytes] = {"Accept": ACCEPT}
+    # httpx's types take str or bytes headers, not both in one mapping: all bytes, a str encoded in
+    # ASCII as httpx itself would.
+    headers = {b"Accept": ACCEPT.encode("ascii")}
     if authorization is not None:
-        headers["Authorization"] = authorization
+        headers[b"Authorization"] = (
+            authorization if isinstance(authorization, bytes) else authorization.encode("ascii")
+        )
     async with service.http() as http:
         response = await http.post("/mcp", headers=headers, json=INITIALIZE)
     return response.status_code, dict(response.headers)

@@ -7,12 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import stripe
 from fastapi import FastAPI
 from mcp import Client
+from sqlmodel import SQLModel
 
 from service.app import create_app
 from service.identity import service as identity
@@ -24,10 +25,13 @@ from stripe_sandbox import Sandbox
 from tests.support.mcp_clients import bearer_transport
 from tests.support.servers import bound_socket, port_of, serve
 
+RowT = TypeVar("RowT", bound=SQLModel)
+
 DEFAULT_PASSWORD = "correct horse battery"
 # The suite signs in hundreds of times; argon2's cost is a setting, not what it tests. Services the
-# tests start as processes (replicas, the CLI) keep the production defaults.
-CHEAP_PASSWORD_HASHING = {
+# tests start as processes (replicas, the CLI) keep the production defaults. Flat names, which
+# Settings reads through its customised sources: its typed __init__ lists only the sections.
+CHEAP_PASSWORD_HASHING: dict[str, Any] = {
     "password_hash_time_cost": 1,
     "password_hash_memory_kib": 64,
     "password_hash_parallelism": 1,
@@ -35,7 +39,7 @@ CHEAP_PASSWORD_HASHING = {
 
 
 def cheap_password_hashing() -> PasswordHashing:
-    return PasswordHashing.from_settings(Settings(_env_file=None, **CHEAP_PASSWORD_HASHING).password_hashing)  # type: ignore[call-arg]
+    return PasswordHashing.from_settings(Settings(_env_file=None, **CHEAP_PASSWORD_HASHING).password_hashing)
 
 
 def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
@@ -49,7 +53,7 @@ def make_settings(database_url: str, port: int, **overrides: Any) -> Settings:
         **CHEAP_PASSWORD_HASHING,
     }
     values.update(overrides)
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 @dataclass
@@ -81,7 +85,7 @@ class RunningService:
         async with self.runtime.sessions() as session, session.begin():
             yield session
 
-    async def rows(self, model: Any, **where: Any) -> list[Any]:
+    async def rows(self, model: type[RowT], **where: Any) -> list[RowT]:
         """Rows of a table, read through the service's own engine."""
         from sqlmodel import select
 

@@ -6,11 +6,15 @@ import json
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from stripe_sandbox import sign_webhook_payload
 from tests.integration.observability.observed import captured_logs, json_lines, paid_legacy_flow
 from tests.support.payment import GOOD_CARD
 from tests.support.service import run_service
+
+if TYPE_CHECKING:
+    from service.identity.models import User
 
 
 async def test_paid_tool_path_logs_carry_request_user_and_elicitation(database_url: str) -> None:
@@ -53,7 +57,7 @@ async def test_request_ids_are_echoed_or_generated(database_url: str) -> None:
         given = await http.get("/healthz", headers={"X-Request-ID": "trace-abc.123"})
         fresh = await http.get("/healthz")
         again = await http.get("/healthz")
-        injected = await http.get("/healthz", headers={"X-Request-ID": b'bad id "quote\xe2\x80\xa8'})
+        injected = await http.get("/healthz", headers={b"X-Request-ID": b'bad id "quote\xe2\x80\xa8'})
         mcp = await http.post("/mcp", json={}, headers={"X-Request-ID": "on-the-mcp-mount"})
     assert given.headers["x-request-id"] == "trace-abc.123"
     assert len(fresh.headers["x-request-id"]) == 32
@@ -122,7 +126,7 @@ async def test_no_secret_reaches_a_log_line(database_url: str) -> None:
         json.loads(line)
 
 
-def _user_model() -> type:
+def _user_model() -> type[User]:
     from service.identity.models import User
 
     return User
