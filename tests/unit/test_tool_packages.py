@@ -62,6 +62,6 @@ def test_entry_point_tool_packages_load_only_when_enabled() -> None:
 
 
 def test_entry_points_are_off_unless_the_setting_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings(_env_file=None).tools.entry_points is False  # type: ignore[call-arg]
+    assert Settings(_env_file=None).tools.entry_points is False
     monkeypatch.setenv("TOOL_ENTRY_POINTS", "true")
-    assert Settings(_env_file=None).tools.entry_points is True  # type: ignore[call-arg]
+    assert Settings(_env_file=None).tools.entry_points is True

@@ -54,7 +54,8 @@ async def call_as(threads: ToolThreads, user: str, function: Callable[[], str], 
 
 async def test_one_user_holds_at_most_their_share_and_others_still_run() -> None:
     threads = ToolThreads(3, per_user=2)
-    calls, done = Calls(), []
+    calls = Calls()
+    done: list[str] = []
     try:
         with anyio.fail_after(20):
             async with anyio.create_task_group() as group:

@@ -79,4 +79,4 @@ def test_a_missing_plans_file_is_named(tmp_path: Path) -> None:
 
 def test_amounts_are_integers() -> None:
     with pytest.raises(ValueError, match="integer"):
-        Plan(id="a", name="A", lookup_key="k", amount=9.99, currency="usd", interval="month")  # type: ignore[arg-type]
+        Plan(id="a", name="A", lookup_key="k", amount=9.99, currency="usd", interval="month")

@@ -45,7 +45,7 @@ async def test_a_password_matches_its_hash_only() -> None:
 async def test_the_production_cost_runs_beside_the_event_loop() -> None:
     # The defaults (RFC 9106 low-memory: 3 passes over 64 MiB) take tens of milliseconds; on the
     # event loop's thread no other task could run meanwhile.
-    passwords = PasswordHashing.from_settings(Settings(_env_file=None).password_hashing)  # type: ignore[call-arg]
+    passwords = PasswordHashing.from_settings(Settings(_env_file=None).password_hashing)
 
     turns_hashing = await _loop_turns_during(passwords.hash("correct horse battery"))
     stored = await passwords.hash("correct horse battery")

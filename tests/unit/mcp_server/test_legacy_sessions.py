@@ -38,7 +38,8 @@ def test_openings_in_flight_count_towards_the_cap() -> None:
 
 
 def test_an_idle_session_ends_after_the_timeout_and_a_busy_one_does_not() -> None:
-    clock, ended = Clock(), []
+    clock = Clock()
+    ended: list[str] = []
     sessions = ledger(clock, ended)
     for session_id in ("idle", "busy"):
         assert sessions.admit("ada")
@@ -51,7 +52,8 @@ def test_an_idle_session_ends_after_the_timeout_and_a_busy_one_does_not() -> Non
 
 
 async def test_expire_idle_tells_the_listeners() -> None:
-    clock, ended = Clock(), []
+    clock = Clock()
+    ended: list[str] = []
     sessions = ledger(clock, ended)
     assert sessions.admit("ada")
     sessions.settle("ada", "s1", principal("ada"))

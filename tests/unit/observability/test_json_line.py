@@ -128,5 +128,6 @@ def test_collections_are_bounded_in_width_and_depth() -> None:
 
 
 def test_field_names_are_escaped_too() -> None:
-    assert one_line(**{'we"ird\nkey': 1})['we"ird\nkey'] == 1
+    weird: dict[str, Any] = {'we"ird\nkey': 1}
+    assert one_line(**weird)['we"ird\nkey'] == 1
     assert value({'k"': 1}) == '{"k\\"":1}'

@@ -6,12 +6,12 @@ import io
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from service.logging_setup import configure_logging, stop_logging
-from service.observability import logs
 from service.observability.logs import JsonFormatter, LineWriter, build_handler
 from service.observability.records import emit
 from service.observability.request_context import enter_child, leave
@@ -73,7 +73,12 @@ async def test_an_access_line_is_queued_as_it_is_and_rendered_by_the_writer() ->
     configure_logging("INFO", "json", stream)
     logger = logging.getLogger("service.test.access")
     queued: list[logging.LogRecord] = []
-    logger.addFilter(lambda record: queued.append(record) or True)
+
+    def queue(record: logging.LogRecord) -> bool:
+        queued.append(record)
+        return True
+
+    logger.addFilter(queue)
     try:
         emit(
             logger,
@@ -170,7 +175,7 @@ def test_a_batch_is_formatted_without_handing_the_lock_back_line_by_line(
     # Yielding after every line made the writer and the event loop trade the interpreter lock a
     # dozen times per logged request; a batch lets it go once, in its write.
     yields: list[float] = []
-    monkeypatch.setattr(logs.time, "sleep", yields.append)
+    monkeypatch.setattr(time, "sleep", yields.append)  # the module service.observability.logs calls
     stream = CountedWrites()
     writer = LineWriter(stream, JsonFormatter())
     count = writer.BATCH * 2 + 3

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,8 @@ from service.observability.logs import build_handler
 from service.observability.redaction import scrub
 from service.settings import Settings
 
-PRODUCTION = {
+# Flat names, which Settings reads through its customised sources, not its typed __init__.
+PRODUCTION: dict[str, Any] = {
     "environment": "production",
     "public_base_url": "https://mcp.example.com",
     "secret_key": "s" * 40,
@@ -102,11 +104,11 @@ def test_json_line_shape_and_redacted_extras() -> None:
 
 
 def test_metrics_and_log_format_defaults() -> None:
-    development = Settings(_env_file=None)  # type: ignore[call-arg]
+    development = Settings(_env_file=None)
     assert development.metrics_served and development.observability.metrics_port == 0
     assert development.effective_log_format == "text"
 
-    production = Settings(_env_file=None, **PRODUCTION)  # type: ignore[call-arg]
+    production = Settings(_env_file=None, **PRODUCTION)
     assert not production.metrics_served, "never public by accident"
     assert production.effective_log_format == "json"
     assert Settings(_env_file=None, metrics_port=9090, **PRODUCTION).metrics_served  # type: ignore[call-arg]

@@ -9,7 +9,7 @@ from service.settings import Settings
 
 
 def test_defaults() -> None:
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     assert settings.http.max_request_body_bytes == 1024 * 1024
     assert settings.http.max_webhook_body_bytes == 512 * 1024
     assert settings.http.max_json_depth == 64

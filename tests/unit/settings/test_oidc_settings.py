@@ -21,7 +21,7 @@ SAFE_PRODUCTION: dict[str, Any] = {
 
 
 def settings(**values: Any) -> Settings:
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 def test_unset_issuer_is_the_built_in_server() -> None:

@@ -20,7 +20,7 @@ def secrets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def settings() -> Settings:
-    return Settings(_env_file=None)  # type: ignore[call-arg]
+    return Settings(_env_file=None)
 
 
 def test_a_file_in_the_directory_sets_a_secret_setting(secrets_dir: Path) -> None:

@@ -26,7 +26,7 @@ def test_flat_variables_land_in_their_sections(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("UPSTREAM_FREE_TOOLS", "echo, time")
     monkeypatch.setenv("MAX_TOOL_OUTPUT_BYTES", "4096")
 
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
 
     assert settings.stripe.secret_key.get_secret_value() == "sk_test_from_env"
     assert settings.observability.log_format == "json"
@@ -39,7 +39,7 @@ def test_a_dotenv_file_is_read_by_flat_names(tmp_path: Path, monkeypatch: pytest
     env_file = tmp_path / ".env"
     env_file.write_text("OIDC_SCOPES=openid email\nRETENTION_AUDIT_DAYS=12\n")
 
-    settings = Settings(_env_file=env_file)  # type: ignore[call-arg]
+    settings = Settings(_env_file=env_file)
 
     assert settings.oidc.scopes == "openid email"
     assert settings.retention.audit_days == 12
@@ -50,7 +50,7 @@ def test_keyword_arguments_take_flat_names_or_whole_sections() -> None:
     assert flat.stripe.secret_key.get_secret_value() == "sk_test_a"
     assert flat.http.port == 9000
 
-    whole = Settings(_env_file=None, stripe=StripeSettings(secret_key=SecretStr("sk_test_b")))  # type: ignore[call-arg]
+    whole = Settings(_env_file=None, stripe=StripeSettings(secret_key=SecretStr("sk_test_b")))
     assert whole.stripe.secret_key.get_secret_value() == "sk_test_b"
     assert whole.stripe.webhook_secrets == flat.stripe.webhook_secrets
 
@@ -71,7 +71,7 @@ def test_a_section_validates_itself_without_settings() -> None:
     with pytest.raises(ConfigurationError, match="UPSTREAM_MCP_URL"):
         GatewaySettings(url="http://upstream.example.com/mcp")
     with pytest.raises(ValidationError):
-        StripeSettings(unknown_field=1)  # type: ignore[call-arg]
+        StripeSettings(unknown_field=1)
 
 
 def test_a_section_accepts_its_variable_names_too() -> None:
@@ -103,7 +103,7 @@ def test_a_section_passed_whole_outranks_the_environment(monkeypatch: pytest.Mon
     monkeypatch.setenv("STRIPE_SECRET_KEY", "sk_test_from_env")
     monkeypatch.setenv("STRIPE_API_BASE", "http://127.0.0.1:2")
 
-    settings = Settings(_env_file=None, stripe=StripeSettings(secret_key=SecretStr("sk_test_given")))  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, stripe=StripeSettings(secret_key=SecretStr("sk_test_given")))
 
     assert settings.stripe.secret_key.get_secret_value() == "sk_test_given"
     assert settings.stripe.api_base is None, "the section given whole is used as given"

@@ -17,7 +17,7 @@ SAFE_PRODUCTION: dict[str, Any] = {
 
 
 def settings(**values: Any) -> Settings:
-    return Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **values)
 
 
 def test_development_defaults_are_accepted() -> None:
