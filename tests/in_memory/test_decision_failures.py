@@ -42,8 +42,8 @@ def held_elsewhere(database_url: str, user_id: str) -> Iterator[None]:
         finally:
             holder.close()
         return
-    with psycopg.connect(libpq_url(database_url)) as holder:
-        holder.execute("SELECT balance FROM credit_balance WHERE user_id = %s FOR UPDATE", (user_id,))
+    with psycopg.connect(libpq_url(database_url)) as row_holder:
+        row_holder.execute("SELECT balance FROM credit_balance WHERE user_id = %s FOR UPDATE", (user_id,))
         yield
 
 

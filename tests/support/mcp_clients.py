@@ -33,6 +33,13 @@ async def call_expecting_32042(client: Any, tool: str, args: dict[str, Any]) -> 
     return elicitations[0]
 
 
+def payment_url(asked: t.InputRequiredResult) -> str:
+    """The URL of a 2026-07-28 InputRequiredResult's payment elicitation."""
+    request = (asked.input_requests or {})["payment"]
+    assert isinstance(request, t.ElicitRequest) and isinstance(request.params, t.ElicitRequestURLParams)
+    return request.params.url
+
+
 @dataclass
 class ClientProbe:
     """What one client saw: URL elicitation requests and completion notifications."""

@@ -4,6 +4,7 @@ stripe-python's own error otherwise."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import pytest
 import stripe
@@ -21,6 +22,7 @@ async def test_a_read_is_one_request_and_the_object_stripe_python_reads(service:
     through_stripe_python = await service.stripe.raw_request_async(
         "get", f"/v1/subscriptions/{subscriber.subscription_id}"
     )
+    assert isinstance(subscription, Mapping), "plain JSON, no stripe-python object"
     assert dict(subscription) == through_stripe_python.data
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -24,7 +24,14 @@ from tests.support.service import cheap_password_hashing
 DAY = timedelta(days=1)
 
 
-def token(token_id: str, user_id: str, kind: str = "personal", **fields: object) -> Token:
+def token(
+    token_id: str,
+    user_id: str,
+    kind: str = "personal",
+    *,
+    expires_at: datetime | None = None,
+    revoked_at: datetime | None = None,
+) -> Token:
     return Token(
         id=token_id,
         token_hash=f"hash-{token_id}",
@@ -32,7 +39,8 @@ def token(token_id: str, user_id: str, kind: str = "personal", **fields: object)
         grant_id=f"grant-{token_id}",
         client_id="personal",
         user_id=user_id,
-        **fields,
+        expires_at=expires_at,
+        revoked_at=revoked_at,
     )
 
 

@@ -67,7 +67,7 @@ async def test_sdk_oauth_client_logs_in_and_calls_a_tool(service: RunningService
         server_url=service.mcp_url,
         client_metadata=OAuthClientMetadata(
             client_name="test client",
-            redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+            redirect_uris=[REDIRECT_URI],
             grant_types=["authorization_code", "refresh_token"],
             response_types=["code"],
             token_endpoint_auth_method="none",

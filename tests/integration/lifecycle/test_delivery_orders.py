@@ -146,7 +146,9 @@ def history() -> Iterator[History]:
         yield asyncio.run(make_history(server.base_url))
 
 
-State = tuple[Any, ...]
+# Each subscription's (status, cancel_at_period_end, access_revoked_reason, plan_id), the plans the
+# user is entitled to, and the elicitation's status.
+State = tuple[tuple[tuple[str, bool, str | None, str], ...], frozenset[str], str]
 
 
 async def state_of(sessions: Any) -> State:
@@ -188,7 +190,7 @@ async def deliver_and_reconcile(history: History, database_url: str, order: list
         catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
         tools = PaidToolIndex(catalog, example_tools.paid_tools)
         sync = build_stripe_sync(
-            Settings(_env_file=None).billing,  # type: ignore[call-arg]
+            Settings(_env_file=None).billing,
             catalog,
             ElicitationRequests(tools),
             sessions,
@@ -235,7 +237,7 @@ def in_order(
     url = fresh_database(db_templates, tmp_path_factory.mktemp("in-order"))
     delivered, reconciled = asyncio.run(deliver_and_reconcile(history, url, list(range(len(history.events)))))
     # The current period's payment was refunded: no access, so the elicitation never completes.
-    expected = ((("active", False, "refunded", "pro"),), frozenset(), "open")
+    expected: State = ((("active", False, "refunded", "pro"),), frozenset(), "open")
     assert delivered == reconciled == expected, (delivered, reconciled)
     return delivered, reconciled
 

@@ -41,7 +41,7 @@ async def paid_call_waiting_for_payment(service: RunningService, username: str) 
         checkout_opened.append(time.perf_counter())
         await pay_checkout_session(service.stripe, checkout_session_id(started.headers["location"]))
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         if not paid:  # the call is waiting: the user pays now
             paid.append(asyncio.create_task(pay_now()))
 

@@ -64,11 +64,11 @@ async def test_elicitation_create_accept_waits_for_payment_then_runs(
         urls.append(params.url)
         return t.ElicitResult(action="accept")
 
-    progress: list[float] = []
+    reported: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         # The user pays once the call is waiting for it; paying before would find nothing to wait for.
-        progress.append(value)
+        reported.append(progress)
         if not paid:
             paid.append(asyncio.create_task(pay(service, urls[0], "bea")))
 
@@ -80,7 +80,7 @@ async def test_elicitation_create_accept_waits_for_payment_then_runs(
     assert "a | " in result.content[0].text  # type: ignore[union-attr]
     assert len(probe.url_requests) == 1
     assert probe.url_requests[0].url.startswith(f"{service.base_url}/pay/el_")
-    assert progress, "the wait reports progress"
+    assert reported, "the wait reports progress"
 
 
 @pytest.mark.parametrize(("action", "phrase"), [("decline", "declined"), ("cancel", "cancelled")])
@@ -92,7 +92,7 @@ async def test_elicitation_create_decline_and_cancel(
     token = (await service.personal_token("cy")).secret
 
     async def refuse(_: t.ElicitRequestURLParams) -> t.ElicitResult:
-        return t.ElicitResult(action=action)  # type: ignore[arg-type]
+        return t.ElicitResult(action=action)
 
     async with probed_client(service.mcp_url, token, ClientProbe(answer=refuse), mode="legacy") as client:
         result = await client.call_tool("ascii_chart", CHART_ARGS)

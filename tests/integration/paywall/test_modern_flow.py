@@ -10,7 +10,7 @@ import pytest
 from mcp import Client, MCPError
 
 from service.paywall.models import Elicitation
-from tests.support.mcp_clients import ClientProbe, bearer_transport, probed_client
+from tests.support.mcp_clients import ClientProbe, bearer_transport, payment_url, probed_client
 from tests.support.payment import pay
 from tests.support.service import RunningService, run_service
 
@@ -42,8 +42,8 @@ async def impatient_service(database_url: str) -> AsyncIterator[RunningService]:
         yield running
 
 
-async def first_round(client: object) -> t.InputRequiredResult:
-    result = await client.session.call_tool("sql_explain", QUERY, allow_input_required=True)  # type: ignore[attr-defined]
+async def first_round(client: Client) -> t.InputRequiredResult:
+    result = await client.session.call_tool("sql_explain", QUERY, allow_input_required=True)
     assert isinstance(result, t.InputRequiredResult)
     return result
 
@@ -54,10 +54,7 @@ async def test_retry_before_payment_asks_again_with_the_same_link(impatient_serv
     token = (await service.personal_token("lea")).secret
     async with probed_client(service.mcp_url, token, ClientProbe()) as client:
         first = await first_round(client)
-        request = first.input_requests["payment"]
-        assert isinstance(request, t.ElicitRequest)
-        assert isinstance(request.params, t.ElicitRequestURLParams)
-        url = request.params.url
+        url = payment_url(first)
         elicitation_id = url.rsplit("/", 1)[1]
         assert first.request_state and elicitation_id not in first.request_state, "request_state is sealed"
 
@@ -69,8 +66,7 @@ async def test_retry_before_payment_asks_again_with_the_same_link(impatient_serv
             request_state=first.request_state,
         )
         assert isinstance(again, t.InputRequiredResult)
-        again_request = again.input_requests["payment"]
-        assert again_request.params.url == url  # type: ignore[union-attr]
+        assert payment_url(again) == url
 
         await pay(service, url, "lea")
         await service.sandbox.deliver_pending(within=10)
@@ -92,7 +88,7 @@ async def test_a_waiting_retry_is_released_by_the_webhook(service: RunningServic
     token = (await service.personal_token("max")).secret
     async with probed_client(service.mcp_url, token, ClientProbe()) as client:
         first = await first_round(client)
-        url = first.input_requests["payment"].params.url  # type: ignore[union-attr]
+        url = payment_url(first)
         retry = asyncio.create_task(
             client.session.call_tool(
                 "sql_explain",

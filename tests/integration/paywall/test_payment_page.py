@@ -165,6 +165,7 @@ async def test_pressing_the_button_twice_reuses_the_checkout_session(service: Ru
     assert first.status_code == second.status_code == 303
     assert checkout_session_id(first.headers["location"]) == checkout_session_id(second.headers["location"])
     [customer] = (await service.stripe.v1.customers.list_async()).data
+    assert customer.metadata is not None
     assert customer.metadata["user_id"] == (await service.rows(Elicitation))[0].user_id
 
 

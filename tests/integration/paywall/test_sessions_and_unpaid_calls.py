@@ -20,7 +20,7 @@ from service.db.metadata import utcnow
 from service.paywall.elicitations import prune_deliveries
 from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
 from tests.integration.paywall.test_legacy_flow import CHART_ARGS
-from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, payment_url, probed_client
 from tests.support.mcp_http import ACCEPT, INITIALIZE
 from tests.support.oauth import authorized_tokens
 from tests.support.payment import pay
@@ -254,7 +254,7 @@ async def test_a_refused_link_ends_the_2026_retry_at_once(
                 "ascii_chart",
                 CHART_ARGS,
                 allow_input_required=True,
-                input_responses={"payment": t.ElicitResult(action=action)},  # type: ignore[arg-type]
+                input_responses={"payment": t.ElicitResult(action=action)},
                 request_state=first.request_state,
             )
     assert isinstance(answer, t.CallToolResult)
@@ -276,7 +276,7 @@ async def test_a_refused_link_ends_the_legacy_call_at_once(
     token = await token_for(request_style, "gus")
 
     async def refuse(_: Any) -> t.ElicitResult:
-        return t.ElicitResult(action=action)  # type: ignore[arg-type]
+        return t.ElicitResult(action=action)
 
     async with probed_client(
         request_style.mcp_url, token, ClientProbe(answer=refuse), mode="legacy"
@@ -310,12 +310,6 @@ def progressed(event: asyncio.Event) -> ProgressFnT:
         event.set()
 
     return on_progress
-
-
-def payment_url(asked: t.InputRequiredResult) -> str:
-    request = (asked.input_requests or {})["payment"]
-    assert isinstance(request, t.ElicitRequest) and isinstance(request.params, t.ElicitRequestURLParams)
-    return request.params.url
 
 
 async def test_a_2026_retry_beyond_the_users_waits_is_asked_again_at_once(few_waits: RunningService) -> None:

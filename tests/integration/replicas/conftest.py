@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,9 @@ class Cluster:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if report.when == "call":
         item.stash[CALL_FAILED] = report.failed
@@ -73,7 +75,7 @@ async def cluster(
         # No sweeps: these tests see completions travel by NOTIFY alone (one test turns sweeps on).
         "COMPLETION_SWEEP_SECONDS": "0",
     }
-    made = [
+    a, b, c = made = [
         Replica(
             name,
             reservation,
@@ -88,7 +90,12 @@ async def cluster(
             await gateway.sync_plans()
             async with replicas(*made):
                 yield Cluster(
-                    *made, sandbox=sandbox_app.state.sandbox, stripe=gateway.client, database_url=database_url
+                    a,
+                    b,
+                    c,
+                    sandbox=sandbox_app.state.sandbox,
+                    stripe=gateway.client,
+                    database_url=database_url,
                 )
     finally:
         await gateway.aclose()

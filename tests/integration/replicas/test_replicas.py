@@ -15,7 +15,7 @@ from service.audit.models import AuditEvent
 from service.billing.models import StripeEvent, Subscription
 from service.db.engine import create_engine, create_session_factory
 from service.identity import service as identity
-from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
+from tests.support.mcp_clients import ClientProbe, call_expecting_32042, payment_url, probed_client
 from tests.support.payment import pay
 from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, cheap_password_hashing
@@ -66,7 +66,7 @@ async def test_modern_retry_waiting_on_a_is_released_by_a_webhook_on_b(cluster: 
     async with probed_client(cluster.a.mcp_url, token, ClientProbe()) as client:
         first = await client.session.call_tool("ascii_chart", ARGS, allow_input_required=True)
         assert isinstance(first, t.InputRequiredResult)
-        url = first.input_requests["payment"].params.url  # type: ignore[union-attr]
+        url = payment_url(first)
         retry = asyncio.create_task(
             client.session.call_tool(
                 "ascii_chart",

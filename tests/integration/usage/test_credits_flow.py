@@ -296,7 +296,7 @@ async def test_a_waiting_elicitation_create_runs_once_credits_arrive(
             urls.append(params.url)
             return t.ElicitResult(action="accept")
 
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             if not bought:  # the user pays once the call is waiting for it
                 bought.append(asyncio.create_task(buy_credits(service, urls[0], "oto", "calls_3")))
 

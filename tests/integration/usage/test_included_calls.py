@@ -34,7 +34,7 @@ def plan(included: int, overage: str) -> Plan:
         interval="month",
         tools=("sql_explain",),
         included_calls=included,
-        overage=overage,  # type: ignore[arg-type]
+        overage=overage,
     )
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Executable
+from sqlalchemy import ClauseElement
 
 from service.billing.usage import metered_in_period, purchase_paid_by
 from tests.integration.usage.conftest import Ledger
 
 
-async def plan_of(ledger: Ledger, statement: Executable) -> str:
+async def plan_of(ledger: Ledger, statement: ClauseElement) -> str:
     """The backend's query plan for `statement`, as text; PostgreSQL told to avoid full scans, so
     an index it can use is the one it picks even on an empty table."""
     dialect = ledger.engine.dialect
