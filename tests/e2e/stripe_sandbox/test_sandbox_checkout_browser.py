@@ -13,6 +13,7 @@ from playwright.async_api import Browser, Page, expect
 
 from tests.integration.stripe_sandbox.conftest import Env, catalog
 from tests.support.browser import fill_stripe_checkout
+from tests.support.stripe_objects import expanded, unexpanded
 
 pytestmark = pytest.mark.browser
 
@@ -60,7 +61,7 @@ async def test_successful_card_redirects_and_subscribes(browser: Browser, env: E
         session.id, params={"expand": ["subscription"]}
     )
     assert (done.status, done.payment_status) == ("complete", "paid")
-    assert done.subscription.status == "active"
+    assert expanded(done.subscription).status == "active"
     assert page.foreign_requests == []  # type: ignore[attr-defined]
     await page.close()
 
@@ -100,15 +101,16 @@ async def test_portal_cancel_at_period_end_and_resume(browser: Browser, env: Env
     await env.raw(f"/v1/test_helpers/checkout/sessions/{session.id}/pay", card_number="4242424242424242")
     done = await env.client.v1.checkout.sessions.retrieve_async(session.id)
     portal = await env.client.v1.billing_portal.sessions.create_async(
-        params={"customer": done.customer, "return_url": f"{shop}/account"}
+        params={"customer": unexpanded(done.customer), "return_url": f"{shop}/account"}
     )
     page = await _open(browser, portal.url, (env.base_url, shop))
+    subscription_id = unexpanded(done.subscription)
     await page.click("[data-testid=cancel-subscription]")
     await expect(page.locator("[data-testid=cancels-on]")).to_be_visible()
-    assert (await env.client.v1.subscriptions.retrieve_async(done.subscription)).cancel_at_period_end is True
+    assert (await env.client.v1.subscriptions.retrieve_async(subscription_id)).cancel_at_period_end is True
     await page.click("[data-testid=renew-subscription]")
     await expect(page.locator("[data-testid=cancel-subscription]")).to_be_visible()
-    assert (await env.client.v1.subscriptions.retrieve_async(done.subscription)).cancel_at_period_end is False
+    assert (await env.client.v1.subscriptions.retrieve_async(subscription_id)).cancel_at_period_end is False
     await page.click("[data-testid=return-link]")
     await page.wait_for_url(f"{shop}/account")
     await env.sandbox.deliver_pending()

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 import stripe
@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from stripe_sandbox import Sandbox, SandboxConfig, create_sandbox_app
 from tests.support.servers import bound_socket, port_of, serve
+from tests.support.stripe_objects import unexpanded
 
 API_KEY = "sk_test_sandbox"
 WEBHOOK_SECRET = "whsec_test_receiver_secret"
@@ -111,7 +112,7 @@ async def stripe_client(base_url: str, api_key: str = API_KEY) -> AsyncIterator[
             max_network_retries=0,
         )
     finally:
-        await http_client.close_async()
+        await http_client.close_async()  # type: ignore[no-untyped-call]  # unannotated in stripe-python
 
 
 @asynccontextmanager
@@ -144,7 +145,9 @@ async def env(receiver: Receiver) -> AsyncIterator[Env]:
         yield environment
 
 
-async def catalog(env: Env, *, lookup_key: str = "pro_monthly", amount: int = 1500) -> tuple[Any, Any]:
+async def catalog(
+    env: Env, *, lookup_key: str = "pro_monthly", amount: int = 1500
+) -> tuple[stripe.Product, stripe.Price]:
     product = await env.client.v1.products.create_async(params={"name": "Pro plan"})
     price = await env.client.v1.prices.create_async(
         params={
@@ -158,9 +161,16 @@ async def catalog(env: Env, *, lookup_key: str = "pro_monthly", amount: int = 15
     return product, price
 
 
+class Subscribed(TypedDict):
+    price: stripe.Price
+    customer: stripe.Customer
+    session: stripe.checkout.Session
+    subscription: stripe.Subscription
+
+
 async def subscribed(
     env: Env, *, card: str = "4242424242424242", email: str = "ada@example.com"
-) -> dict[str, Any]:
+) -> Subscribed:
     """Customer + paid subscription through a checkout session (paid via the test helper)."""
     _product, price = await catalog(env)
     customer = await env.client.v1.customers.create_async(params={"email": email})
@@ -176,5 +186,5 @@ async def subscribed(
     )
     await env.raw(f"/v1/test_helpers/checkout/sessions/{session.id}/pay", card_number=card)
     session = await env.client.v1.checkout.sessions.retrieve_async(session.id)
-    sub = await env.client.v1.subscriptions.retrieve_async(session.subscription)
+    sub = await env.client.v1.subscriptions.retrieve_async(unexpanded(session.subscription))
     return {"price": price, "customer": customer, "session": session, "subscription": sub}

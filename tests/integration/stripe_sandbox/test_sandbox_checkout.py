@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 import stripe
+from stripe.params.checkout import SessionCreateParams
+
+from tests.support.stripe_objects import error_json, expanded, present, unexpanded
 
 from .conftest import Env, catalog, subscribed
 
@@ -30,12 +33,15 @@ async def test_subscription_session_create_retrieve_list(env: Env) -> None:
     assert (session.status, session.payment_status, session.mode) == ("open", "unpaid", "subscription")
     assert session.amount_total == 3000 and session.currency == "usd" and session.expires_at == now + 3600
     assert session.success_url == "https://app.example/ok?session={CHECKOUT_SESSION_ID}"
-    assert session.client_reference_id == "user-42" and session.metadata.to_dict() == {"order": "o-1"}
+    assert session.client_reference_id == "user-42"
+    assert present(session.metadata).to_dict() == {"order": "o-1"}
     again = await env.client.v1.checkout.sessions.retrieve_async(
         session.id, params={"expand": ["line_items"]}
     )
     assert again.line_items is not None
-    assert [(i.price.id, i.quantity, i.amount_total) for i in again.line_items.data] == [(price.id, 2, 3000)]
+    assert [(present(i.price).id, i.quantity, i.amount_total) for i in again.line_items.data] == [
+        (price.id, 2, 3000)
+    ]
     listed = await env.client.v1.checkout.sessions.list_async(params={"customer": customer.id})
     assert [s.id for s in listed.data] == [session.id]
     items = await env.client.v1.checkout.sessions.line_items.list_async(session.id)
@@ -91,7 +97,9 @@ async def test_paying_creates_subscription_invoice_and_payment(env: Env) -> None
     assert sub.status == "active" and sub.metadata.to_dict() == {"account": "acct-1"}
     item = sub["items"].data[0]
     assert item.price.id == price.id and item.current_period_end > item.current_period_start
-    invoice = await env.client.v1.invoices.retrieve_async(sub.latest_invoice, params={"expand": ["payments"]})
+    invoice = await env.client.v1.invoices.retrieve_async(
+        unexpanded(sub.latest_invoice), params={"expand": ["payments"]}
+    )
     assert (invoice.status, invoice.billing_reason, invoice.amount_paid) == (
         "paid",
         "subscription_create",
@@ -102,23 +110,24 @@ async def test_paying_creates_subscription_invoice_and_payment(env: Env) -> None
     assert invoice.payments is not None
     payment = invoice.payments.data[0]
     assert payment.status == "paid" and payment.payment.type == "payment_intent"
-    intent = await env.client.v1.payment_intents.retrieve_async(payment.payment.payment_intent)
-    charge = await env.client.v1.charges.retrieve_async(intent.latest_charge)
+    intent = await env.client.v1.payment_intents.retrieve_async(unexpanded(payment.payment.payment_intent))
+    charge = await env.client.v1.charges.retrieve_async(unexpanded(intent.latest_charge))
     assert (intent.status, charge.status, charge.amount, charge.paid) == (
         "succeeded",
         "succeeded",
         1500,
         True,
     )
-    assert charge.payment_method_details.card.last4 == "4242"
+    assert present(present(charge.payment_method_details).card).last4 == "4242"
     by_pi = await env.client.v1.invoice_payments.list_async(
         params={"payment": {"type": "payment_intent", "payment_intent": intent.id}}
     )
     assert [p.invoice for p in by_pi.data] == [invoice.id]
-    expanded = await env.client.v1.checkout.sessions.retrieve_async(
+    with_subscription = await env.client.v1.checkout.sessions.retrieve_async(
         session.id, params={"expand": ["subscription"]}
     )
-    assert expanded.subscription.id == sub.id and expanded.subscription.status == "active"
+    subscription = expanded(with_subscription.subscription)
+    assert subscription.id == sub.id and subscription.status == "active"
 
 
 @pytest.mark.parametrize(
@@ -134,7 +143,7 @@ async def test_declined_cards_leave_session_open_and_create_nothing(
     )
     with pytest.raises(stripe.CardError) as info:
         await env.raw(f"/v1/test_helpers/checkout/sessions/{session.id}/pay", card_number=card)
-    assert info.value.json_body["error"]["decline_code"] == decline_code
+    assert error_json(info.value)["decline_code"] == decline_code
     again = await env.client.v1.checkout.sessions.retrieve_async(session.id)
     assert (again.status, again.subscription, again.customer) == ("open", None, None)
     assert (await env.client.v1.subscriptions.list_async(params={"status": "all"})).data == []
@@ -157,7 +166,8 @@ async def test_session_without_customer_creates_one(env: Env) -> None:
         name="New Person",
     )
     done = await env.client.v1.checkout.sessions.retrieve_async(session.id, params={"expand": ["customer"]})
-    assert done.customer.email == "new@example.com" and done.customer.name == "New Person"
+    customer = expanded(done.customer)
+    assert customer.email == "new@example.com" and customer.name == "New Person"
     assert done.customer_details is not None and done.customer_details.email == "new@example.com"
     await env.sandbox.deliver_pending()
     assert "customer.created" in env.receiver.types()
@@ -180,19 +190,20 @@ async def test_payment_mode(env: Env) -> None:
         session.id, params={"expand": ["payment_intent"]}
     )
     assert done.payment_status == "paid" and done.subscription is None and done.customer is None
-    assert done.payment_intent.amount == 2100 and done.payment_intent.currency == "eur"
-    assert done.payment_intent.metadata.to_dict() == {"order": "o-9"}
+    intent = expanded(done.payment_intent)
+    assert intent.amount == 2100 and intent.currency == "eur"
+    assert intent.metadata.to_dict() == {"order": "o-9"}
 
 
 async def test_expire_by_api_and_by_clock(env: Env) -> None:
     _product, price = await catalog(env)
-    params = {"mode": "subscription", "line_items": [{"price": price.id, "quantity": 1}]}
-    first = await env.client.v1.checkout.sessions.create_async(params=params)  # type: ignore[arg-type]
+    params: SessionCreateParams = {"mode": "subscription", "line_items": [{"price": price.id, "quantity": 1}]}
+    first = await env.client.v1.checkout.sessions.create_async(params=params)
     expired = await env.client.v1.checkout.sessions.expire_async(first.id)
     assert (expired.status, expired.url) == ("expired", None)
     with pytest.raises(stripe.InvalidRequestError):
         await env.client.v1.checkout.sessions.expire_async(first.id)
-    second = await env.client.v1.checkout.sessions.create_async(params=params)  # type: ignore[arg-type]
+    second = await env.client.v1.checkout.sessions.create_async(params=params)
     await env.advance(24 * 3600 + 1)
     assert (await env.client.v1.checkout.sessions.retrieve_async(second.id)).status == "expired"
     events = await env.client.v1.events.list_async(params={"type": "checkout.session.expired"})
@@ -205,10 +216,10 @@ async def test_reads_between_changes_still_see_what_fell_due(env: Env) -> None:
     """Reads skip the due-work scan while nothing changed and nothing is due yet; a change, or
     time passing a due point, makes the next read look again."""
     _product, price = await catalog(env)
-    params = {"mode": "subscription", "line_items": [{"price": price.id, "quantity": 1}]}
+    params: SessionCreateParams = {"mode": "subscription", "line_items": [{"price": price.id, "quantity": 1}]}
     await env.client.v1.products.list_async()  # a read: nothing due, remembered
     session = await env.client.v1.checkout.sessions.create_async(
-        params={**params, "expires_at": env.sandbox.now() + 3600}  # type: ignore[typeddict-item]
+        params={**params, "expires_at": env.sandbox.now() + 3600}
     )
     assert (await env.client.v1.checkout.sessions.retrieve_async(session.id)).status == "open"
     assert env.sandbox.due_hint is not None and env.sandbox.due_hint[1] == session.expires_at

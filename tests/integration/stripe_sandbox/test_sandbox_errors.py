@@ -6,6 +6,7 @@ import pytest
 import stripe
 
 from stripe_sandbox.forms import parse_pairs
+from tests.support.stripe_objects import error_json
 
 from .conftest import Env, catalog, stripe_client
 
@@ -16,7 +17,7 @@ async def test_missing_and_wrong_api_key_raise_authentication_error(env: Env) ->
             await wrong.v1.customers.list_async()
     assert info.value.http_status == 401
     assert "Invalid API Key provided" in str(info.value.user_message)
-    assert info.value.json_body["error"]["type"] == "invalid_request_error"
+    assert error_json(info.value)["type"] == "invalid_request_error"
     async with stripe_client(env.base_url, api_key="") as empty:
         with pytest.raises(stripe.AuthenticationError) as info:
             await empty.raw_request_async("get", "/v1/customers", headers={"Authorization": ""})
@@ -50,7 +51,8 @@ async def test_missing_unknown_and_invalid_parameters(env: Env) -> None:
     assert (info.value.code, info.value.param) == ("parameter_missing", "name")
     assert info.value.user_message == "Missing required param: name."
     with pytest.raises(stripe.InvalidRequestError) as info:
-        await env.client.v1.customers.create_async(params={"emial": "x@example.com"})  # type: ignore[typeddict-unknown-key]
+        # A misspelt parameter, on purpose.
+        await env.client.v1.customers.create_async(params={"emial": "x@example.com"})  # type: ignore[arg-type]
     assert (info.value.code, info.value.param) == ("parameter_unknown", "emial")
     with pytest.raises(stripe.InvalidRequestError) as info:
         await env.client.v1.prices.create_async(
@@ -75,12 +77,12 @@ async def test_idempotency_replays_same_request_and_rejects_a_different_one(env:
     with pytest.raises(stripe.IdempotencyError) as info:
         await env.client.v1.customers.create_async(params={"email": "bob@example.com"}, options=options)
     assert info.value.http_status == 400
-    assert info.value.json_body["error"]["type"] == "idempotency_error"
+    assert error_json(info.value)["type"] == "idempotency_error"
     # Errors are replayed too: the same failing request gives the same answer.
     bad: stripe.RequestOptions = {"idempotency_key": "bad-price"}
     for _ in range(2):
         with pytest.raises(stripe.InvalidRequestError):
-            await env.client.v1.prices.create_async(params={"currency": "usd", "unit_amount": 1}, options=bad)  # type: ignore[typeddict-item]
+            await env.client.v1.prices.create_async(params={"currency": "usd", "unit_amount": 1}, options=bad)
 
 
 async def test_card_error_from_test_helper_payment(env: Env) -> None:
@@ -91,7 +93,7 @@ async def test_card_error_from_test_helper_payment(env: Env) -> None:
     with pytest.raises(stripe.CardError) as info:
         await env.raw(f"/v1/test_helpers/checkout/sessions/{session.id}/pay", card_number="4000000000009995")
     assert info.value.http_status == 402
-    assert (info.value.code, info.value.json_body["error"]["decline_code"]) == (
+    assert (info.value.code, error_json(info.value)["decline_code"]) == (
         "card_declined",
         "insufficient_funds",
     )

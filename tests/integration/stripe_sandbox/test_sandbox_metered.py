@@ -4,10 +4,14 @@ and one-time Checkout payments as credit packs are bought."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import stripe
+from stripe.params import PriceCreateParamsRecurring
+from stripe.params.billing import MeterEventCreateParams
+
+from tests.support.stripe_objects import present, unexpanded
 
 from .conftest import Env, catalog
 
@@ -33,14 +37,14 @@ async def _metered_price(env: Env, unit_amount: int = 2, event_name: str = "sql_
     )
 
 
-async def _use(env: Env, customer: str, value: int, **extra: Any) -> None:
-    await env.client.v1.billing.meter_events.create_async(
-        params={
-            "event_name": "sql_explain",
-            "payload": {"stripe_customer_id": customer, "value": str(value)},
-            **extra,
-        }
-    )
+async def _use(env: Env, customer: str, value: int, *, timestamp: int | None = None) -> None:
+    params: MeterEventCreateParams = {
+        "event_name": "sql_explain",
+        "payload": {"stripe_customer_id": customer, "value": str(value)},
+    }
+    if timestamp is not None:
+        params["timestamp"] = timestamp
+    await env.client.v1.billing.meter_events.create_async(params=params)
 
 
 async def _paying_customer(env: Env) -> Any:
@@ -67,28 +71,35 @@ async def test_metered_price_needs_an_active_meter(env: Env) -> None:
     licensed = await env.client.v1.prices.list_async(params={"recurring": {"usage_type": "licensed"}})
     assert licensed.data == []
 
-    async def create(recurring: dict[str, Any]) -> Any:
+    async def create(
+        usage_type: Literal["licensed", "metered"] | None = None, meter: str | None = None
+    ) -> stripe.Price:
+        recurring: PriceCreateParamsRecurring = {"interval": "month"}
+        if usage_type is not None:
+            recurring["usage_type"] = usage_type
+        if meter is not None:
+            recurring["meter"] = meter
         return await env.client.v1.prices.create_async(
             params={
                 "currency": "usd",
                 "unit_amount": 2,
                 "product": price.product,
-                "recurring": {"interval": "month", **recurring},
+                "recurring": recurring,
             }
         )
 
     with pytest.raises(stripe.InvalidRequestError) as no_meter:
-        await create({"usage_type": "metered"})
+        await create(usage_type="metered")
     assert no_meter.value.param == "recurring[meter]"
     with pytest.raises(stripe.InvalidRequestError) as licensed_with_meter:
-        await create({"meter": price.recurring.meter})
+        await create(meter=price.recurring.meter)
     assert licensed_with_meter.value.param == "recurring[meter]"
     with pytest.raises(stripe.InvalidRequestError) as unknown:
-        await create({"usage_type": "metered", "meter": "mtr_test_nope"})
+        await create(usage_type="metered", meter="mtr_test_nope")
     assert unknown.value.code == "resource_missing" and unknown.value.param == "recurring[meter]"
     await env.client.v1.billing.meters.deactivate_async(price.recurring.meter)
     with pytest.raises(stripe.InvalidRequestError) as inactive:
-        await create({"usage_type": "metered", "meter": price.recurring.meter})
+        await create(usage_type="metered", meter=price.recurring.meter)
     assert inactive.value.param == "recurring[meter]"
 
 
@@ -116,14 +127,14 @@ async def test_checkout_pay_as_you_go_bills_usage_at_period_end(env: Env) -> Non
     assert line_item.quantity is None and line_item.amount_total == 0
     await env.raw(f"/v1/test_helpers/checkout/sessions/{session.id}/pay", card_number="4242424242424242")
     session = await env.client.v1.checkout.sessions.retrieve_async(session.id)
-    sub = await env.client.v1.subscriptions.retrieve_async(session.subscription)
+    sub = await env.client.v1.subscriptions.retrieve_async(unexpanded(session.subscription))
     assert sub.status == "active"
     item_json = _wire(sub)["items"]["data"][0]
     assert "quantity" not in item_json and item_json["price"]["recurring"]["usage_type"] == "metered"
     assert (
         item_json["plan"]["usage_type"] == "metered" and item_json["plan"]["meter"] == price.recurring.meter
     )
-    first = await env.client.v1.invoices.retrieve_async(sub.latest_invoice)
+    first = await env.client.v1.invoices.retrieve_async(unexpanded(sub.latest_invoice))
     assert (first.status, first.amount_due) == ("paid", 0)
     assert [(line.quantity, line.amount) for line in first.lines.data] == [(0, 0)]
 
@@ -143,7 +154,7 @@ async def test_checkout_pay_as_you_go_bills_usage_at_period_end(env: Env) -> Non
     [usage_line] = renewal.lines.data
     assert (usage_line.quantity, usage_line.amount) == (10, 20)
     assert (usage_line.period.start, usage_line.period.end) == (period_start, period_end)
-    assert usage_line.pricing.price_details.price == price.id
+    assert present(present(usage_line.pricing).price_details).price == price.id
 
     # The next period starts at zero: only what is used from now on is billed next time.
     await _use(env, customer.id, 4)
@@ -209,7 +220,7 @@ async def test_subscription_with_base_fee_and_overage_on_a_test_clock(env: Env) 
         }
     )
     assert sub.status == "active" and sub.start_date == start
-    first = await env.client.v1.invoices.retrieve_async(sub.latest_invoice)
+    first = await env.client.v1.invoices.retrieve_async(unexpanded(sub.latest_invoice))
     assert first.amount_paid == 1500
     # "Now" for this customer's events is the clock's time, 60 days behind the sandbox's.
     with pytest.raises(stripe.InvalidRequestError) as ahead:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import stripe
+from stripe.params.billing import MeterEventCreateParams, MeterEventSummaryListParams
 
 from .conftest import Env
 
@@ -13,23 +14,30 @@ HOUR = 3600
 DAY = 86400
 
 
-async def _meter(env: Env, event_name: str = "sql_explain", formula: str = "sum", **extra: Any) -> Any:
-    return await env.client.v1.billing.meters.create_async(
-        params={
-            "display_name": f"{event_name} calls",
-            "event_name": event_name,
-            "default_aggregation": {"formula": formula},
-            **extra,
-        }
-    )
-
-
-async def _event(env: Env, customer: str, value: int = 1, **extra: Any) -> Any:
+async def _meter(
+    env: Env, event_name: str = "sql_explain", formula: str = "sum", **extra: Any
+) -> stripe.billing.Meter:
     params: dict[str, Any] = {
-        "event_name": "sql_explain",
-        "payload": {"stripe_customer_id": customer, "value": str(value)},
+        "display_name": f"{event_name} calls",
+        "event_name": event_name,
+        "default_aggregation": {"formula": formula},
         **extra,
     }
+    # Typed loosely on purpose: tests send an unknown formula and an unknown parameter through it.
+    return await env.client.v1.billing.meters.create_async(params=params)  # type: ignore[arg-type]
+
+
+async def _event(
+    env: Env, customer: str, value: int = 1, *, identifier: str | None = None, timestamp: int | None = None
+) -> stripe.billing.MeterEvent:
+    params: MeterEventCreateParams = {
+        "event_name": "sql_explain",
+        "payload": {"stripe_customer_id": customer, "value": str(value)},
+    }
+    if identifier is not None:
+        params["identifier"] = identifier
+    if timestamp is not None:
+        params["timestamp"] = timestamp
     return await env.client.v1.billing.meter_events.create_async(params=params)
 
 
@@ -195,8 +203,16 @@ async def test_summaries_aggregate_per_formula_and_window(env: Env) -> None:
     await _event(env, other.id, 100, timestamp=hour + 30)
     meters = {m.event_name: m for m in (await env.client.v1.billing.meters.list_async()).data}
 
-    async def summaries(name: str, **extra: Any) -> list[Any]:
-        params = {"customer": customer.id, "start_time": hour, "end_time": hour + 3 * HOUR, **extra}
+    async def summaries(
+        name: str, value_grouping_window: Literal["day", "hour"] | None = None
+    ) -> list[stripe.billing.MeterEventSummary]:
+        params: MeterEventSummaryListParams = {
+            "customer": customer.id,
+            "start_time": hour,
+            "end_time": hour + 3 * HOUR,
+        }
+        if value_grouping_window is not None:
+            params["value_grouping_window"] = value_grouping_window
         page = await env.client.v1.billing.meters.event_summaries.list_async(meters[name].id, params=params)
         return list(page.data)
 
@@ -231,8 +247,9 @@ async def test_summary_parameters_are_validated(env: Env) -> None:
     customer = await env.client.v1.customers.create_async()
     start = customer.created - customer.created % DAY - DAY + HOUR  # hour-aligned, not day-aligned
 
-    async def summaries(**params: Any) -> Any:
-        return await env.client.v1.billing.meters.event_summaries.list_async(meter.id, params=params)
+    async def summaries(**params: Any) -> stripe.ListObject[stripe.billing.MeterEventSummary]:
+        # Typed loosely on purpose: the parameters are missing, misaligned or unknown, to be refused.
+        return await env.client.v1.billing.meters.event_summaries.list_async(meter.id, params=params)  # type: ignore[arg-type]
 
     with pytest.raises(stripe.InvalidRequestError) as missing:
         await summaries(customer=customer.id, start_time=start)

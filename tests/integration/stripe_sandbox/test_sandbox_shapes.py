@@ -14,6 +14,7 @@ import stripe
 from stripe._api_version import _ApiVersion
 
 from stripe_sandbox import API_VERSION
+from tests.support.stripe_objects import present, unexpanded
 
 from .conftest import FIXTURES, Env, subscribed
 
@@ -102,13 +103,13 @@ async def test_every_returned_object_matches_its_fixture(env: Env) -> None:
     state = await subscribed(env)
     sub, session = state["subscription"], state["session"]
     get = env.client.v1
-    invoice = await get.invoices.retrieve_async(sub.latest_invoice)
+    invoice = await get.invoices.retrieve_async(unexpanded(sub.latest_invoice))
     payments = await get.invoice_payments.list_async(params={"invoice": invoice.id})
-    intent = await get.payment_intents.retrieve_async(payments.data[0].payment.payment_intent)
-    charge = await get.charges.retrieve_async(intent.latest_charge)
+    intent = await get.payment_intents.retrieve_async(unexpanded(payments.data[0].payment.payment_intent))
+    charge = await get.charges.retrieve_async(unexpanded(intent.latest_charge))
     refund = await get.refunds.create_async(params={"charge": charge.id, "amount": 100})
     dispute = await env.raw(f"/v1/test_helpers/charges/{charge.id}/dispute")
-    portal = await get.billing_portal.sessions.create_async(params={"customer": sub.customer})
+    portal = await get.billing_portal.sessions.create_async(params={"customer": unexpanded(sub.customer)})
     endpoint = await get.webhook_endpoints.create_async(
         params={"url": "https://example.com/hook", "enabled_events": ["*"]}
     )
@@ -117,9 +118,9 @@ async def test_every_returned_object_matches_its_fixture(env: Env) -> None:
     sub_json = wire(await get.subscriptions.retrieve_async(sub.id))
     invoice_json = wire(invoice)
     samples: dict[str, dict[str, Any]] = {
-        "product": wire(await get.products.retrieve_async(state["price"].product)),
+        "product": wire(await get.products.retrieve_async(unexpanded(state["price"].product))),
         "price": wire(await get.prices.retrieve_async(state["price"].id)),
-        "customer": wire(await get.customers.retrieve_async(sub.customer)),
+        "customer": wire(await get.customers.retrieve_async(unexpanded(sub.customer))),
         "checkout.session": wire(await get.checkout.sessions.retrieve_async(session.id)),
         "subscription": sub_json,
         "subscription_item": sub_json["items"]["data"][0],
@@ -128,7 +129,7 @@ async def test_every_returned_object_matches_its_fixture(env: Env) -> None:
         "item": wire(line_items)["data"][0],
         "invoice_payment": wire(payments)["data"][0],
         "payment_intent": wire(intent),
-        "payment_method": wire(await get.payment_methods.retrieve_async(charge.payment_method)),
+        "payment_method": wire(await get.payment_methods.retrieve_async(present(charge.payment_method))),
         "charge": wire(charge),
         "refund": wire(refund),
         "dispute": json.loads(json.dumps(dispute.to_dict())),

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 import stripe
 
+from tests.support.stripe_objects import expanded, present, unexpanded
+
 from .conftest import Env, subscribed
 
 MONTH = 31 * 86400
@@ -87,7 +89,7 @@ async def test_failed_renewal_goes_past_due_then_canceled(env: Env) -> None:
     await env.advance(MONTH + 1)
     past_due = await env.client.v1.subscriptions.retrieve_async(sub.id, params={"expand": ["latest_invoice"]})
     assert past_due.status == "past_due"
-    invoice = past_due.latest_invoice
+    invoice = expanded(past_due.latest_invoice)
     assert (invoice.status, invoice.attempt_count) == ("open", 1) and invoice.next_payment_attempt is not None
     [failed] = await _events(env, "invoice.payment_failed")
     assert failed.data.object.id == invoice.id
@@ -95,7 +97,8 @@ async def test_failed_renewal_goes_past_due_then_canceled(env: Env) -> None:
     assert updated.data.previous_attributes.status == "active"
     await env.advance(20 * 86400)  # all retries (3, 5, 7 days) fail
     canceled = await env.client.v1.subscriptions.retrieve_async(sub.id)
-    assert canceled.status == "canceled" and canceled.cancellation_details.reason == "payment_failed"
+    assert canceled.status == "canceled"
+    assert present(canceled.cancellation_details).reason == "payment_failed"
     assert len(await _events(env, "invoice.payment_failed")) == 4
     assert len(await _events(env, "customer.subscription.deleted")) == 1
 
@@ -111,8 +114,9 @@ async def test_failed_renewal_recovers_on_retry(env: Env) -> None:
     recovered = await env.client.v1.subscriptions.retrieve_async(
         sub.id, params={"expand": ["latest_invoice"]}
     )
-    assert recovered.status == "active" and recovered.latest_invoice.status == "paid"
-    assert recovered.latest_invoice.attempt_count == 2
+    latest_invoice = expanded(recovered.latest_invoice)
+    assert recovered.status == "active" and latest_invoice.status == "paid"
+    assert latest_invoice.attempt_count == 2
 
 
 async def test_unpaid_final_status_is_configurable(receiver: Any) -> None:
@@ -127,30 +131,34 @@ async def test_unpaid_final_status_is_configurable(receiver: Any) -> None:
 
 async def test_refund_and_dispute(env: Env) -> None:
     sub = (await subscribed(env))["subscription"]
-    invoice = await env.client.v1.invoices.retrieve_async(sub.latest_invoice, params={"expand": ["payments"]})
+    invoice = await env.client.v1.invoices.retrieve_async(
+        unexpanded(sub.latest_invoice), params={"expand": ["payments"]}
+    )
     assert invoice.payments is not None
     intent = await env.client.v1.payment_intents.retrieve_async(
-        invoice.payments.data[0].payment.payment_intent
+        unexpanded(invoice.payments.data[0].payment.payment_intent)
     )
-    refund = await env.client.v1.refunds.create_async(params={"charge": intent.latest_charge, "amount": 500})
-    assert (refund.status, refund.amount, refund.charge) == ("succeeded", 500, intent.latest_charge)
-    charge = await env.client.v1.charges.retrieve_async(intent.latest_charge, params={"expand": ["refunds"]})
+    charge_id = unexpanded(intent.latest_charge)
+    refund = await env.client.v1.refunds.create_async(params={"charge": charge_id, "amount": 500})
+    assert (refund.status, refund.amount, refund.charge) == ("succeeded", 500, charge_id)
+    charge = await env.client.v1.charges.retrieve_async(charge_id, params={"expand": ["refunds"]})
     assert (charge.amount_refunded, charge.refunded) == (500, False)
     assert charge.refunds is not None and [r.id for r in charge.refunds.data] == [refund.id]
     rest = await env.client.v1.refunds.create_async(params={"payment_intent": intent.id})
     assert rest.amount == 1000
     with pytest.raises(stripe.InvalidRequestError) as info:
-        await env.client.v1.refunds.create_async(params={"charge": intent.latest_charge})
+        await env.client.v1.refunds.create_async(params={"charge": charge_id})
     assert info.value.code == "charge_already_refunded"
     refunded = await _events(env, "charge.refunded")
     assert len(refunded) == 2 and refunded[0].data.object.refunded is True
     assert refunded[1].data.previous_attributes.amount_refunded == 0
-    dispute = await env.raw(f"/v1/test_helpers/charges/{intent.latest_charge}/dispute", reason="fraudulent")
-    assert dispute.object == "dispute" and dispute.charge == intent.latest_charge
+    dispute = await env.raw(f"/v1/test_helpers/charges/{charge_id}/dispute", reason="fraudulent")
+    assert isinstance(dispute, stripe.Dispute)
+    assert dispute.object == "dispute" and dispute.charge == charge_id
     [created] = await _events(env, "charge.dispute.created")
     assert created.data.object.id == dispute.id
     assert (await env.client.v1.disputes.retrieve_async(dispute.id)).status == "needs_response"
-    assert (await env.client.v1.charges.retrieve_async(intent.latest_charge)).disputed is True
+    assert (await env.client.v1.charges.retrieve_async(charge_id)).disputed is True
 
 
 async def test_billing_portal_session(env: Env) -> None:

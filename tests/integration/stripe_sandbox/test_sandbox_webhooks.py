@@ -6,6 +6,7 @@ import pytest
 import stripe
 
 from tests.support.servers import bound_socket, serve
+from tests.support.stripe_objects import present
 
 from .conftest import Env, Receiver, catalog, sandbox_env, subscribed
 
@@ -60,8 +61,9 @@ async def test_every_event_is_delivered_signed_and_listed(env: Env) -> None:
         "type",
     }
     retrieved = await env.client.v1.events.retrieve_async(completed.id)
-    assert retrieved.pending_webhooks == 0 and retrieved.request.id is not None
-    assert retrieved.request.idempotency_key is not None  # stripe-python sends one on every POST
+    request = present(retrieved.request)
+    assert retrieved.pending_webhooks == 0 and request.id is not None
+    assert request.idempotency_key is not None  # stripe-python sends one on every POST
     only = await env.client.v1.events.list_async(params={"type": "invoice.*", "limit": 100})
     assert {e.type for e in only.data} == {
         "invoice.created",
@@ -112,7 +114,7 @@ async def test_webhook_endpoints_api(env: Env) -> None:
         await env.client.v1.customers.update_async(customer.id, params={"name": "B"})
         await env.sandbox.deliver_pending()
         assert second.types() == ["customer.updated"] and second.rejected == 0
-        assert second.events[0].data.previous_attributes.name == "A"
+        assert present(second.events[0].data.previous_attributes).name == "A"
         disabled = await env.client.v1.webhook_endpoints.update_async(endpoint.id, params={"disabled": True})
         assert disabled.status == "disabled"
         deleted = await env.client.v1.webhook_endpoints.delete_async(endpoint.id)
