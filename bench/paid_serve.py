@@ -28,7 +28,7 @@ def main() -> int:
     values = json.loads(os.environ["BENCH_SETTINGS"])
     if os.environ.get("BENCH_JSON") == "1":
         values["mcp_json_response"] = True
-    settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, **values)
     return _serve(
         settings,
         None,

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from service.web.background_server import bind_loopback, port_of
+from service.web.background_server import bind_loopback
+from service.web.background_server import port_of as port_of  # re-exported: the drivers call procs.port_of
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT = 60.0

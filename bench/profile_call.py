@@ -194,7 +194,7 @@ async def paid_app(workdir: Path) -> tuple[Any, str]:
             session,
             "profiled",
             "profiled-password",
-            PasswordHashing.from_settings(Settings(_env_file=None).password_hashing),  # type: ignore[call-arg]
+            PasswordHashing.from_settings(Settings(_env_file=None).password_hashing),
         )
         issued = await identity.create_personal_token(
             session, "profiled", resource="http://127.0.0.1:8000/mcp", label="profile", ttl=None

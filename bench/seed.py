@@ -173,7 +173,7 @@ async def seed(
     catalog = PlanCatalog.load(DEFAULT_PLANS_FILE)
     engine = create_engine(database_url)
     sessions = create_session_factory(engine)
-    password_hash = await PasswordHashing.from_settings(Settings(_env_file=None).password_hashing).hash(  # type: ignore[call-arg]
+    password_hash = await PasswordHashing.from_settings(Settings(_env_file=None).password_hashing).hash(
         secrets.token_urlsafe(16)
     )
     tag = secrets.token_hex(3)
