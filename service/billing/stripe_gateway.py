@@ -27,7 +27,8 @@ from service.billing.stripe_calls import StripeCallObserver, StripeCalls
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_reads import StripeReads
 
-# A Stripe object as JSON (a dict), or a stripe-python object (also a Mapping) where one is at hand.
+# A Stripe object as JSON (a dict), or a stripe-python object where one is at hand (not a Mapping,
+# but read by key the same way).
 StripeData = Mapping[str, Any] | stripe.StripeObject
 # How a payment was taken back, when it was: its charge refunded in full, or disputed.
 PaymentReversal = Literal["refunded", "disputed"]
