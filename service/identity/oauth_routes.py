@@ -22,6 +22,7 @@ from mcp.server.auth.routes import build_metadata
 from mcp.server.auth.settings import AuthSettings, RevocationOptions
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, RequestBodyLimitMiddleware
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -104,11 +105,24 @@ async def authorize(request: Request) -> Response:
     """
     if await get_oidc(request) is not None:
         return JSONResponse(NOT_SERVED, status_code=404)
+    if request.method != "GET":
+        # The SDK's handler reads a form from every method but GET (HEAD and POST here), and answers
+        # one Starlette refuses to parse (multipart without a boundary, over 1,000 fields) with its
+        # own server_error. Read here first: Starlette keeps the form it parsed on the request,
+        # and the handler reads that one.
+        try:
+            await request.form()
+        except HTTPException as refused:
+            problem = f"its form could not be read ({refused.detail})"
+            return await _refused(request, "invalid_request", problem)
     oauth = await get_oauth(request)
     answer: Response = await AuthorizationHandler(oauth).handle(request)
     if oauth.sends_to_sign_in(answer.headers.get("location")):
         return answer
-    error, description = _authorization_error(answer)
+    return await _refused(request, *_authorization_error(answer))
+
+
+async def _refused(request: Request, error: str, description: str) -> Response:
     pages = await get_pages(request)
     page = pages.message(
         "Authorization request refused",

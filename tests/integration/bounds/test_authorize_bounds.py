@@ -81,3 +81,28 @@ async def test_login_and_consent_refuse_the_same_over_long_authz(service: Runnin
         login = await browser.get("/login", params={"authz": authz})
         consent = await browser.get("/authorize/consent", params={"authz": authz})
     assert login.status_code == consent.status_code == 422
+
+
+async def test_a_posted_form_starlette_cannot_read_is_an_invalid_request(service: RunningService) -> None:
+    """Multipart without a boundary, or more fields than Starlette parses: a 400 naming the form,
+    not the SDK's server_error."""
+    async with service.http() as browser:
+        client = await register(browser)
+        fields = {
+            "response_type": "code",
+            "client_id": client["client_id"],
+            "code_challenge": pkce_pair()[1],
+            "code_challenge_method": "S256",
+        }
+        answers = [
+            await browser.post("/authorize", headers={"Content-Type": "multipart/form-data"}, content=b""),
+            await browser.post("/authorize", data={**fields, **{f"extra{n}": "x" for n in range(1001)}}),
+        ]
+        # The SDK reads a form from every method but GET.
+        head = await browser.head("/authorize", headers={"Content-Type": "multipart/form-data"})
+        posted = await browser.post("/authorize", data=fields)  # a readable form still works
+    for answer in answers:
+        assert_refused_as_invalid(answer)
+        assert "its form could not be read" in answer.text
+    assert head.status_code == 400
+    assert posted.status_code == 302, posted.text
