@@ -28,6 +28,7 @@ from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
 from service.mcp_server.requests_in_flight import RequestsInFlight, UserRequestLimit
+from service.mcp_server.unknown_prompts import UnknownPrompts
 from service.settings import McpSettings, Settings
 
 
@@ -93,6 +94,7 @@ def build_mcp_server(
             drop_otel_spans(server)
         check_only_declared_headers(server)
     register_free_tools(server, sessions, callers)
+    server.middleware.append(UnknownPrompts(server))
     return server
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from service.example_tools.catalog import MAX_TEXT_CHARACTERS
@@ -205,3 +207,41 @@ async def test_other_routes_refuse_an_oversize_body_too(service: RunningService,
     )
     assert status == 413
     assert json.loads(body)["error"] == "request_too_large"
+
+
+def only_message(answer: httpx.Response) -> Any:
+    """The one JSON-RPC message of a JSON or SSE answer."""
+    if answer.headers["content-type"].startswith("application/json"):
+        return answer.json()
+    [data] = [line[5:] for line in answer.text.splitlines() if line.startswith("data:") and line[5:].strip()]
+    return json.loads(data)
+
+
+def modern_prompt_request(name: str) -> dict[str, Any]:
+    body = tool_call_body({}, "p-1")
+    body["method"] = "prompts/get"
+    body["params"] = {"name": name, "_meta": body["params"]["_meta"]}
+    return body
+
+
+async def test_an_unknown_prompt_is_invalid_params_not_a_logged_crash(
+    service: RunningService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK answers `prompts/get` of a name it does not serve with -32603 and a traceback."""
+    token = await signed_in(service, "prompt-guesser")
+    headers = await legacy_session(service, token)
+    modern = {**mcp_headers(token), "Mcp-Method": "prompts/get", "Mcp-Name": "nope"}
+    legacy_get = {"jsonrpc": "2.0", "id": 7, "method": "prompts/get", "params": {"name": "nope"}}
+    async with service.http() as http:
+        answers = [
+            await http.post("/mcp", content=json.dumps(modern_prompt_request("nope")), headers=modern),
+            await http.post("/mcp", content=json.dumps(legacy_get), headers=headers),
+        ]
+        # Without an id it asks nothing: dropped, as the SDK drops any notification it has no use for.
+        notice = {key: value for key, value in legacy_get.items() if key != "id"}
+        notified = await http.post("/mcp", content=json.dumps(notice), headers=headers)
+    errors = [only_message(answer)["error"] for answer in answers]
+    assert [error["code"] for error in errors] == [-32602, -32602]
+    assert all("Unknown prompt: 'nope'" in error["message"] for error in errors)
+    assert notified.status_code == 202
+    assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
