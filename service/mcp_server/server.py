@@ -24,6 +24,7 @@ from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import bearer_protected
 from service.mcp_server.caller import CallerSource
 from service.mcp_server.event_store import SessionEventStore, SessionScopes
+from service.mcp_server.explained_refusals import ExplainedRefusals
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
@@ -150,7 +151,10 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
         max_per_user=settings.mcp.max_legacy_sessions_per_user, idle_timeout=settings.mcp.session_idle_seconds
     )
     transport: ASGIApp = JsonRpcGuard(
-        StreamableHTTPASGIApp(server.session_manager), max_depth=settings.http.max_json_depth
+        ExplainedRefusals(
+            StreamableHTTPASGIApp(server.session_manager), json_response=settings.mcp.json_response
+        ),
+        max_depth=settings.http.max_json_depth,
     )
     if events is not None:
         transport = SessionScopes(transport, events)

@@ -245,3 +245,28 @@ async def test_an_unknown_prompt_is_invalid_params_not_a_logged_crash(
     assert all("Unknown prompt: 'nope'" in error["message"] for error in errors)
     assert notified.status_code == 202
     assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+async def test_a_wrong_method_or_accept_header_is_explained_in_the_sessionless_era(
+    service: RunningService,
+) -> None:
+    """The SDK's 2026-07-28 path answers both with a status and an empty body."""
+    token = await signed_in(service, "no-accept")
+    headers = mcp_headers(token)
+    html_only = {**headers, "Accept": "text/html"}
+    async with service.http() as http:
+        wrong_method = await http.get("/mcp", headers=headers)
+        not_acceptable = await http.post(
+            "/mcp", content=json.dumps(tool_call_body({"text": "hi"})), headers=html_only
+        )
+        fine = await http.post("/mcp", content=json.dumps(tool_call_body({"text": "hi"})), headers=headers)
+    assert wrong_method.status_code == 405
+    assert wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"]["message"] == (
+        "Method Not Allowed: send MCP requests to this endpoint with POST"
+    )
+    assert not_acceptable.status_code == 406
+    assert not_acceptable.json()["error"]["message"] == (
+        "Not Acceptable: the Accept header must list application/json and text/event-stream"
+    )
+    assert fine.status_code == 200
