@@ -32,6 +32,7 @@ from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
 from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.mcp_server.caller import CallerSource
+from service.mcp_server.elicit import ask_to_open, invalid_answer_text
 from service.money import format_amount
 
 logger = logging.getLogger(__name__)
@@ -151,8 +152,11 @@ def register_billing_tools(
             )
         if not supports_url:
             return _text(f"Open {url} in your browser to manage your subscription.")
-        answer = await ctx.elicit_url(message, url, _portal_id())
-        if answer.action == "accept":
+        action = await ask_to_open(ctx, message, url, _portal_id())
+        if action is None:
+            refused = _text(f"{invalid_answer_text(url)} Nothing changed; open it in your browser.")
+            return refused.model_copy(update={"is_error": True})
+        if action == "accept":
             return _text("The billing portal is open in your browser. Changes show up in billing_status.")
         return _text("Billing portal not opened; nothing changed.")
 

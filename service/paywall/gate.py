@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -40,6 +40,7 @@ from service.db.engine import SessionFactory
 from service.db.unavailable import DATABASE_UNAVAILABLE, unavailable_cause
 from service.db.wal import WalCheckpoints
 from service.mcp_server.caller import Caller, CallerSource
+from service.mcp_server.elicit import ElicitAction, ask_to_open, invalid_answer_text
 from service.mcp_server.output_cap import when_refused
 from service.observability import request_context
 from service.observability.metrics import ServiceMetrics
@@ -62,7 +63,6 @@ from service.paywall.toolset import ElicitationStyle, PaidTool
 
 INPUT_REQUEST_KEY = "payment"
 # How the client answered a payment link: the elicitation result's `action`.
-ElicitAction = Literal["accept", "decline", "cancel"]
 Admitted = Callable[[], Awaitable[bool]]  # whether the call may run now (spending what pays for it)
 PROGRESS_INTERVAL_SECONDS = 5.0
 RELEASE_SECONDS = 10.0  # the most a failed call waits to give back what paid for it
@@ -326,8 +326,12 @@ class Paywall:
         if (tool.elicitation or self._settings.elicitation_style) == "error":
             raise UrlElicitationRequiredError([params])
 
-        answer = await ctx.elicit_url(params.message, url, elicitation_id)
-        refused = _refusal(tool, answer.action)
+        action = await ask_to_open(ctx, params.message, url, elicitation_id)
+        if action is None:
+            return error_result(
+                f"{invalid_answer_text(url)} {tool.name} did not run; call it again any time."
+            )
+        refused = _refusal(tool, action)
         if refused is not None:
             return refused
         if await self._wait_for_payment(ctx, caller.user_id, admitted, self._settings.payment_wait_seconds):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.support.service import RunningService
 
 INITIALIZE = {
@@ -30,3 +32,21 @@ async def post_initialize(
     async with service.http() as http:
         response = await http.post("/mcp", headers=headers, json=INITIALIZE)
     return response.status_code, dict(response.headers)
+
+
+async def legacy_session(
+    service: RunningService, token: str, capabilities: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """Headers of an initialized 2025-11-25 session (declaring `capabilities`, by default none)."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities or {}}}  # type: ignore[dict-item]
+    async with service.http() as http:
+        opened = await http.post("/mcp", headers=headers, json=initialize)
+        assert opened.status_code == 200, opened.text
+        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+        headers["MCP-Protocol-Version"] = initialize["params"]["protocolVersion"]
+        ready = await http.post(
+            "/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
+        )
+        assert ready.status_code == 202
+    return headers

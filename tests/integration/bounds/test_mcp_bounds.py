@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from service.example_tools.catalog import MAX_TEXT_CHARACTERS
-from tests.support.mcp_http import ACCEPT, INITIALIZE
+from tests.support.mcp_http import legacy_session
 from tests.support.raw_http import post_unfinished
 from tests.support.service import RunningService, run_service
 
@@ -132,21 +132,6 @@ async def test_deeply_nested_json_is_a_400(service: RunningService, depth: int) 
         answer = await http.post("/mcp", content=body, headers=mcp_headers(token))
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == -32700
-
-
-async def legacy_session(service: RunningService, token: str) -> dict[str, str]:
-    """Headers of an initialized 2025-11-25 session, the era whose SDK drops a bad id with 202."""
-    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
-    async with service.http() as http:
-        opened = await http.post("/mcp", headers=headers, json=INITIALIZE)
-        assert opened.status_code == 200
-        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
-        headers["MCP-Protocol-Version"] = INITIALIZE["params"]["protocolVersion"]  # type: ignore[index]
-        ready = await http.post(
-            "/mcp", headers=headers, json={"jsonrpc": "2.0", "method": "notifications/initialized"}
-        )
-        assert ready.status_code == 202
-    return headers
 
 
 BAD_IDS = pytest.mark.parametrize(

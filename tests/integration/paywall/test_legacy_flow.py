@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import mcp_types as t
 import pytest
@@ -11,6 +14,7 @@ import pytest
 from service.audit.models import AuditEvent
 from service.paywall.models import Elicitation, ElicitationDelivery
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
+from tests.support.mcp_http import legacy_session
 from tests.support.payment import open_checkout, pay
 from tests.support.service import RunningService, run_service
 
@@ -175,3 +179,41 @@ async def test_a_stranger_cannot_use_someone_elses_link(service: RunningService)
     assert mismatch.elicitation_id == elicitation.elicitation_id
     [row] = await service.rows(Elicitation, id=elicitation.elicitation_id)
     assert row.checkout_session_id is None and row.status == "open"
+
+
+async def call_answering(service: RunningService, headers: dict[str, str], tool: str, answer: Any) -> Any:
+    """Calls `tool` in the session `headers` name, answering its `elicitation/create` with
+    `answer` (raw JSON: the SDK's client sends only what validates); the call's JSON-RPC answer."""
+    call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": tool, "arguments": {}}}
+    if tool == "ascii_chart":
+        call["params"]["arguments"] = CHART_ARGS  # type: ignore[index]
+    async with service.http() as http, http.stream("POST", "/mcp", headers=headers, json=call) as stream:
+        async for line in stream.aiter_lines():
+            if not line.startswith("data:") or not line[5:].strip():
+                continue
+            message = json.loads(line[5:])
+            if message.get("method") == "elicitation/create":
+                reply = {"jsonrpc": "2.0", "id": message["id"], "result": answer}
+                async with service.http() as replier:
+                    assert (await replier.post("/mcp", headers=headers, json=reply)).status_code == 202
+            elif message.get("id") == 8:
+                return message
+    raise AssertionError("the call was not answered")
+
+
+async def test_an_answer_that_is_not_an_elicitation_result_is_a_tool_error_not_a_crash(
+    request_style_service: RunningService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK refuses a malformed answer with pydantic's ValidationError, which used to escape the
+    paywall and the billing portal tool as a crash, logged with its traceback."""
+    service = request_style_service
+    await service.add_user("eve")
+    token = (await service.personal_token("eve")).secret
+    headers = await legacy_session(service, token, {"elicitation": {"url": {}}})
+    paid = await call_answering(service, headers, "ascii_chart", {"action": "maybe"})
+    portal = await call_answering(service, headers, "manage_billing", {"action": "accept", "content": 5})
+    for message in (paid, portal):
+        assert message["result"]["isError"]
+        assert "not an elicitation result" in message["result"]["content"][0]["text"]
+    assert "ascii_chart did not run" in paid["result"]["content"][0]["text"]
+    assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
