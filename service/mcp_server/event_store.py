@@ -260,3 +260,25 @@ class SessionScopes:
                 await send(message)
 
             await self.app(scope, receive, naming)
+
+
+_LAST_EVENT_ID_HEADER = b"last-event-id"
+
+
+class NoResumption:
+    """ASGI layer in front of the SDK's `/mcp` endpoint when streams are not resumable (no store).
+
+    Without an event store the SDK answers a `GET` carrying `Last-Event-ID` by returning without
+    any response at all, which the server turns into a 500. Resuming is optional for a server
+    (SEP-1699): here the header is dropped, so the client gets the session's stream afresh, as it
+    does when a store has nothing to replay for that id.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and any(name == _LAST_EVENT_ID_HEADER for name, _ in scope["headers"]):
+            headers = [(name, value) for name, value in scope["headers"] if name != _LAST_EVENT_ID_HEADER]
+            scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)

@@ -23,7 +23,7 @@ from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.verifier import ExternalTokenVerifier
 from service.mcp_server.bearer import bearer_protected
 from service.mcp_server.caller import CallerSource
-from service.mcp_server.event_store import SessionEventStore, SessionScopes
+from service.mcp_server.event_store import NoResumption, SessionEventStore, SessionScopes
 from service.mcp_server.explained_refusals import ExplainedRefusals
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
@@ -156,8 +156,7 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
         ),
         max_depth=settings.http.max_json_depth,
     )
-    if events is not None:
-        transport = SessionScopes(transport, events)
+    transport = SessionScopes(transport, events) if events is not None else NoResumption(transport)
     in_flight = RequestsInFlight(max_per_user=settings.mcp.max_requests_in_flight_per_user)
     endpoint = bearer_protected(
         UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight), verifier, auth

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.support.mcp_http import ACCEPT, INITIALIZE
+from tests.support.mcp_http import ACCEPT, INITIALIZE, legacy_session
 from tests.support.service import RunningService, run_service
 
 LEGACY = "2025-11-25"
@@ -166,3 +167,21 @@ async def test_by_default_there_is_no_priming_event(database_url: str) -> None:
             events = [event async for event in sse_events(response)]
         assert [event.id for event in events] == [None]
         assert json.loads(events[0].data)["result"]["protocolVersion"] == LEGACY
+
+
+@pytest.mark.parametrize("resumable", [False, True], ids=["streams-not-resumable", "resumable"])
+async def test_a_last_event_id_nothing_can_resume_opens_the_stream_afresh(
+    database_url: str, resumable: bool
+) -> None:
+    """Without an event store the SDK returned no response at all to such a GET: a 500."""
+    async with (
+        run_service(database_url, mcp_resumable_streams=resumable) as service,
+        service.http() as http,
+    ):
+        await service.add_user("ada")
+        session = await legacy_session(service, (await service.personal_token("ada")).secret)
+        for last_event_id in ("!", "0", "x" * 300):
+            headers = {**session, "Last-Event-ID": last_event_id, "Accept": "text/event-stream"}
+            async with http.stream("GET", "/mcp", headers=headers) as response:
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
