@@ -187,7 +187,9 @@ class SessionEventStore(EventStore):
     def _find(self, event_id: str) -> tuple[_Stream | None, int]:
         prefix, _, rest = event_id.partition("-")
         serial_text, _, seq_text = rest.partition("-")
-        if prefix != self._prefix or not serial_text.isdigit() or not seq_text.isdigit() or len(rest) > 40:
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        numbers = _is_number(serial_text) and _is_number(seq_text)
+        if prefix != self._prefix or not numbers or len(rest) > 40:
             return None, 0
         stream = self._streams.get(int(serial_text))
         owner = _scope.get()
@@ -263,6 +265,10 @@ class SessionScopes:
 
 
 _LAST_EVENT_ID_HEADER = b"last-event-id"
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 class NoResumption:

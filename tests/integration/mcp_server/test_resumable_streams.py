@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -185,3 +186,24 @@ async def test_a_last_event_id_nothing_can_resume_opens_the_stream_afresh(
             async with http.stream("GET", "/mcp", headers=headers) as response:
                 assert response.status_code == 200
                 assert response.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_an_event_id_with_non_ascii_digits_replays_nothing_quietly(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "²" is a digit to str.isdigit() but not to int(): the store raised, and the SDK logged it."""
+    async with run_service(database_url, mcp_resumable_streams=True) as service, service.http() as http:
+        session = await open_session(service, http, "ada")
+        priming = await primed_then_dropped(session, 2)
+        assert priming.id is not None
+        prefix, serial, seq = priming.id.split("-")
+        for forged in (f"{prefix}-\xb2-{seq}", f"{prefix}-{serial}-\xb9"):
+            headers = {
+                **session.headers(),
+                "Last-Event-ID": forged.encode("latin-1"),
+                "Accept": "text/event-stream",
+            }
+            async with http.stream("GET", "/mcp", headers=headers) as response:
+                assert response.status_code == 200
+                assert [event async for event in sse_events(response) if event.data] == []
+    assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
