@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.support.service import RunningService
 
-INITIALIZE = {
+INITIALIZE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
@@ -39,7 +39,7 @@ async def legacy_session(
 ) -> dict[str, str]:
     """Headers of an initialized 2025-11-25 session (declaring `capabilities`, by default none)."""
     headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "Content-Type": "application/json"}
-    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities or {}}}  # type: ignore[dict-item]
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities or {}}}
     async with service.http() as http:
         opened = await http.post("/mcp", headers=headers, json=initialize)
         assert opened.status_code == 200, opened.text

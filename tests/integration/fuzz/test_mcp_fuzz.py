@@ -443,7 +443,7 @@ def legacy_headers(caller: Caller, session_id: bytes | None) -> list[tuple[bytes
     return headers
 
 
-INITIALIZE = {
+INITIALIZE: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 0,
     "method": "initialize",
@@ -455,11 +455,15 @@ INITIALIZE = {
 }
 
 
-CAPABILITIES = [{"elicitation": {"form": {}, "url": {}}}, {"elicitation": {"form": {}}}, {}]
+CAPABILITIES: list[dict[str, Any]] = [
+    {"elicitation": {"form": {}, "url": {}}},
+    {"elicitation": {"form": {}}},
+    {},
+]
 
 
 def open_session(fuzzed: Fuzzed, caller: Caller, capabilities: dict[str, Any]) -> bytes:
-    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities}}  # type: ignore[dict-item]
+    initialize = {**INITIALIZE, "params": {**INITIALIZE["params"], "capabilities": capabilities}}
     opened = check(fuzzed, RawRequest(b"POST", b"/mcp", legacy_headers(caller, None), encode(initialize)))
     session = opened.header("mcp-session-id")
     assert opened.status == 200 and session, opened

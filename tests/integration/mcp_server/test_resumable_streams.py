@@ -198,11 +198,8 @@ async def test_an_event_id_with_non_ascii_digits_replays_nothing_quietly(
         assert priming.id is not None
         prefix, serial, seq = priming.id.split("-")
         for forged in (f"{prefix}-\xb2-{seq}", f"{prefix}-{serial}-\xb9"):
-            headers = {
-                **session.headers(),
-                "Last-Event-ID": forged.encode("latin-1"),
-                "Accept": "text/event-stream",
-            }
+            as_text = {**session.headers(), "Last-Event-ID": forged, "Accept": "text/event-stream"}
+            headers = {name.encode(): value.encode("latin-1") for name, value in as_text.items()}
             async with http.stream("GET", "/mcp", headers=headers) as response:
                 assert response.status_code == 200
                 assert [event async for event in sse_events(response) if event.data] == []
