@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -20,7 +21,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import pytest
 from fastapi import FastAPI
+from hypothesis import HealthCheck, settings
 from starlette.routing import BaseRoute, Mount
 
 from tests.support.browserless import csrf_token, log_in_through_form
@@ -409,3 +412,23 @@ def error_log() -> Iterator[ErrorLog]:
         yield handler
     finally:
         root.removeHandler(handler)
+
+
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "0"))
+
+# The service runs in this process, on another thread, and draws its request ids from `random`:
+# hypothesis sees the global state move while it generates an example and would call it flaky.
+QUIET_ABOUT_RANDOM = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning"
+)
+
+
+def fuzz_settings(examples: int) -> settings:
+    """`examples` derandomized examples (`FUZZ_EXAMPLES` and `FUZZ_RANDOM=1` search harder by hand)."""
+    return settings(
+        max_examples=EXAMPLES or examples,
+        derandomize=os.environ.get("FUZZ_RANDOM") != "1",
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        database=None,
+    )

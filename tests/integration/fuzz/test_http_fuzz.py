@@ -14,20 +14,20 @@ test instead, and `FUZZ_RANDOM=1` draws new ones, to search harder by hand.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, quote_from_bytes
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from service.identity.models import User
 from tests.support.databases import DatabaseTemplates
 from tests.support.factories import elicitation as factory_elicitation
 from tests.support.fuzz import (
+    QUIET_ABOUT_RANDOM,
     Credentials,
     ErrorLog,
     RawRequest,
@@ -36,6 +36,7 @@ from tests.support.fuzz import (
     check_answer,
     error_log,
     fill_template,
+    fuzz_settings,
     parameter_count,
     route_table,
     send,
@@ -43,23 +44,7 @@ from tests.support.fuzz import (
 )
 from tests.support.oauth import REDIRECT_URI, authorize, pkce_pair, query_of, register
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-
-# The service runs in this process, on another thread, and draws its request ids from `random`:
-# hypothesis sees the global state move while it generates an example and would call it flaky.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning"
-)
-
-
-def fuzz_settings(examples: int) -> settings:
-    return settings(
-        max_examples=EXAMPLES or examples,
-        derandomize=os.environ.get("FUZZ_RANDOM") != "1",
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        database=None,
-    )
+pytestmark = QUIET_ABOUT_RANDOM
 
 
 @pytest.fixture(scope="module")

@@ -21,19 +21,19 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from mcp_types.methods import CLIENT_NOTIFICATIONS, CLIENT_REQUESTS
 
 from tests.support.databases import DatabaseTemplates
 from tests.support.factories import subscription
 from tests.support.fuzz import (
+    QUIET_ABOUT_RANDOM,
     Answer,
     ErrorLog,
     RawRequest,
@@ -41,6 +41,7 @@ from tests.support.fuzz import (
     ThreadedService,
     check_answer,
     error_log,
+    fuzz_settings,
     json_rpc_messages,
     send,
 )
@@ -48,23 +49,7 @@ from tests.support.fuzz import (
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
 ACCEPT = b"application/json, text/event-stream"
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-
-# The service runs in this process, on another thread, and draws its request ids from `random`:
-# hypothesis sees the global state move while it generates an example and would call it flaky.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Do not use the `random` module inside strategies:hypothesis.errors.HypothesisDeprecationWarning"
-)
-
-
-def fuzz_settings(examples: int) -> settings:
-    return settings(
-        max_examples=EXAMPLES or examples,
-        derandomize=os.environ.get("FUZZ_RANDOM") != "1",
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-        database=None,
-    )
+pytestmark = QUIET_ABOUT_RANDOM
 
 
 @dataclass(frozen=True)
