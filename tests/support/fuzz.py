@@ -365,6 +365,22 @@ def check_answer(request: RawRequest, answer: Answer) -> None:
         assert not (isinstance(error, dict) and error.get("code") == -32603), f"{answer!r} to {request!r}"
 
 
+def send_and_check(
+    port: int,
+    errors: ErrorLog,
+    request: RawRequest,
+    *,
+    stream: bool = False,
+    asked: ServerRequest | None = None,
+) -> Answer:
+    """Sends `request` (see `send`) and checks its answer, and that the server logged no error."""
+    answer = send(port, request, stream=stream, asked=asked)
+    logged = errors.take()
+    check_answer(request, answer)
+    assert logged == [], request
+    return answer
+
+
 def json_rpc_messages(answer: Answer) -> list[Any]:
     """The JSON-RPC messages of a JSON or SSE answer from /mcp (empty for anything else)."""
     if _is_event_stream(answer):

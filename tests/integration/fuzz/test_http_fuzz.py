@@ -33,13 +33,12 @@ from tests.support.fuzz import (
     RawRequest,
     RouteInfo,
     ThreadedService,
-    check_answer,
     error_log,
     fill_template,
     fuzz_settings,
     parameter_count,
     route_table,
-    send,
+    send_and_check,
     sign_in,
 )
 from tests.support.oauth import REDIRECT_URI, authorize, pkce_pair, query_of, register
@@ -359,10 +358,7 @@ def test_no_request_to_any_route_is_a_server_error(
     @fuzz_settings(400)
     @given(requests(routes, names, credentials))
     def property(request: RawRequest) -> None:
-        answer = send(running.port, request)
-        logged = errors.take()
-        check_answer(request, answer)
-        assert logged == [], request
+        send_and_check(running.port, errors, request)
 
     property()
 
@@ -375,10 +371,7 @@ def test_no_request_line_off_the_route_table_is_a_server_error(
     @fuzz_settings(100)
     @given(junk_paths())
     def property(request: RawRequest) -> None:
-        answer = send(running.port, request)
-        logged = errors.take()
-        check_answer(request, answer)
-        assert logged == [], request
+        send_and_check(running.port, errors, request)
 
     property()
 
@@ -544,9 +537,6 @@ def test_no_form_or_oauth_step_with_real_ids_is_a_server_error(
     @fuzz_settings(250)
     @given(st.one_of(deep_requests(ids, credentials), deep_requests(ids, credentials), registrations()))
     def property(request: RawRequest) -> None:
-        answer = send(running.port, request)
-        logged = errors.take()
-        check_answer(request, answer)
-        assert logged == [], request
+        send_and_check(running.port, errors, request)
 
     property()

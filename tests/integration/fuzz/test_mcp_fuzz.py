@@ -39,11 +39,11 @@ from tests.support.fuzz import (
     RawRequest,
     ServerRequest,
     ThreadedService,
-    check_answer,
     error_log,
     fuzz_settings,
     json_rpc_messages,
     send,
+    send_and_check,
 )
 
 LEGACY = "2025-11-25"
@@ -392,11 +392,7 @@ STREAMING_METHODS = {"subscriptions/listen"}
 
 def check(fuzzed: Fuzzed, request: RawRequest, asked: ServerRequest | None = None) -> Answer:
     stream = any(method.encode() in request.body for method in STREAMING_METHODS)
-    answer = send(fuzzed.running.port, request, stream=stream, asked=asked)
-    logged = fuzzed.errors.take()
-    check_answer(request, answer)
-    assert logged == [], request
-    return answer
+    return send_and_check(fuzzed.running.port, fuzzed.errors, request, stream=stream, asked=asked)
 
 
 def test_no_2026_07_28_message_is_a_server_error(fuzzed: Fuzzed) -> None:
