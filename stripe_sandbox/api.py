@@ -191,17 +191,23 @@ def created_filter(params: Params, items: list[Obj], key: str = "created") -> li
     return result
 
 
-def paginate(params: Params, items: list[Obj], url: str, kind: str) -> Obj:
-    """Stripe cursor pagination over `items`, which must already be newest first."""
+def page_limit(params: Params) -> int:
+    """A list's or search's `limit`: 10 when absent, refused outside Stripe's 1 to 100."""
     limit = params.integer("limit")
     if limit is None:
-        limit = 10
+        return 10
     if limit < 1 or limit > 100:
         raise invalid_request(
             f"This value must be {'greater' if limit < 1 else 'less'} than or equal to "
             f"{1 if limit < 1 else 100} (it currently is '{limit}').",
             param="limit",
         )
+    return limit
+
+
+def paginate(params: Params, items: list[Obj], url: str, kind: str) -> Obj:
+    """Stripe cursor pagination over `items`, which must already be newest first."""
+    limit = page_limit(params)
     starting_after = params.string("starting_after")
     ending_before = params.string("ending_before")
     ids = [item["id"] for item in items]

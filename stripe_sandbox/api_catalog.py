@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from . import billing, objects, payments
-from .api import Call, Obj, created_filter, paginate
+from .api import Call, Obj, created_filter, page_limit, paginate
 from .catalog import new_customer, price_from_params
 from .errors import StripeError, invalid_request, resource_missing
 from .forms import Params, merge_metadata
@@ -325,6 +325,7 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
     and `metadata['k']:'v'`, joined by AND."""
     call.allow(endpoint)
     query = call.params.req_str("query")
+    limit = page_limit(call.params)
     items = [found for found in call.sandbox.store.newest_first(kind) if not found.get("deleted")]
     for clause in re.split(r"\s+AND\s+", query):
         match = _CLAUSE.match(clause)
@@ -334,7 +335,6 @@ def search(call: Call, kind: str, endpoint: str, fields: tuple[str, ...]) -> Obj
             items = [found for found in items if found["metadata"].get(match["mkey"]) == match["value"]]
         else:
             items = [found for found in items if _search_text(found.get(match["field"])) == match["value"]]
-    limit = call.params.integer("limit") or 10
     return {
         "object": "search_result",
         "data": items[:limit],

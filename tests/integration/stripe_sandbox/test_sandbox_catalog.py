@@ -81,6 +81,16 @@ async def test_customers_crud_metadata_semantics_and_search(env: Env) -> None:
     assert retrieved.to_dict().get("deleted") is True
 
 
+async def test_search_pages_like_a_list_and_refuses_a_limit_past_100(env: Env) -> None:
+    ids = [(await env.client.v1.customers.create_async(params={"name": "same"})).id for _ in range(3)]
+    result = await env.client.v1.customers.search_async(params={"query": "name:'same'", "limit": 2})
+    assert [c.id for c in result.data] == ids[::-1][:2] and result.has_more is True
+    for limit in (0, 101):
+        with pytest.raises(stripe.InvalidRequestError) as info:
+            await env.client.v1.customers.search_async(params={"query": "name:'same'", "limit": limit})
+        assert info.value.param == "limit"
+
+
 async def test_pagination_newest_first_with_cursors(env: Env) -> None:
     ids = [(await env.client.v1.customers.create_async(params={"name": f"c{i}"})).id for i in range(5)]
     page = await env.client.v1.customers.list_async(params={"limit": 2})
