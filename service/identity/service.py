@@ -224,17 +224,23 @@ async def start_browser_session(
     session: AsyncSession, user: User, ttl: timedelta, *, replaces: str | None, max_live: int
 ) -> str:
     """A new browser session's secret. The one the browser's cookie held (`replaces`) ends, and so
-    do the user's oldest live sessions past `max_live`, so sign-ins cannot pile up rows."""
+    do the user's oldest live sessions past `max_live`, so sign-ins cannot pile up rows. The new
+    session is never among those ended, even when another replica's clock runs ahead of ours."""
     await end_browser_session(session, replaces)
     now = utcnow()
     secret = new_secret("bs")
-    session.add(BrowserSession(id_hash=digest(secret), user_id=user.id, expires_at=now + ttl))
+    new_hash = digest(secret)
+    session.add(BrowserSession(id_hash=new_hash, user_id=user.id, expires_at=now + ttl))
     await session.flush()
     beyond = (
         select(BrowserSession.id_hash)
-        .where(col(BrowserSession.user_id) == user.id, col(BrowserSession.expires_at) > now)
+        .where(
+            col(BrowserSession.user_id) == user.id,
+            col(BrowserSession.expires_at) > now,
+            col(BrowserSession.id_hash) != new_hash,
+        )
         .order_by(col(BrowserSession.created_at).desc(), col(BrowserSession.id_hash).desc())
-        .offset(max_live)
+        .offset(max(max_live - 1, 0))
     )
     stale = list((await session.exec(beyond)).all())
     if stale:

@@ -8,15 +8,17 @@ import json
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit.models import AuditEvent
 from service.audit.service import AuditKind, record
+from service.db.metadata import utcnow
 from service.identity.models import BrowserSession
 from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
@@ -262,6 +264,28 @@ async def test_live_browser_sessions_per_user_are_capped(database_url: str) -> N
             after = {row.id_hash for row in await service.rows(BrowserSession)}
             assert len(after) == 3 and len(before - after) == 1
             assert [(await browser.get("/account")).status_code for browser in browsers[2:]] == [200] * 3
+        finally:
+            for browser in browsers:
+                await browser.aclose()
+
+
+async def test_a_new_browser_session_survives_sessions_stamped_by_a_clock_ahead(database_url: str) -> None:
+    async with run_service(database_url, max_browser_sessions_per_user=2) as service:
+        await service.add_user("alice")
+        browsers = [service.http() for _ in range(3)]
+        try:
+            forms = [await login_form(browser) for browser in browsers]
+            for browser, form in zip(browsers[:2], forms, strict=False):
+                assert (await post_login(browser, form, "alice", DEFAULT_PASSWORD)).status_code == 303
+            # Two sessions made on a replica whose clock runs an hour ahead of this one's.
+            async with service.runtime.sessions() as session, session.begin():
+                await session.exec(update(BrowserSession).values(created_at=utcnow() + timedelta(hours=1)))
+            assert (await post_login(browsers[2], forms[2], "alice", DEFAULT_PASSWORD)).status_code == 303
+            assert len(await service.rows(BrowserSession)) == 2
+            # The browser that just signed in stays signed in; one of the other two was ended.
+            assert (await browsers[2].get("/account")).status_code == 200
+            accounts = sorted([(await browser.get("/account")).status_code for browser in browsers[:2]])
+            assert accounts == [200, 303]
         finally:
             for browser in browsers:
                 await browser.aclose()
