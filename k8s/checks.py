@@ -240,6 +240,9 @@ def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
             problems.append(
                 "development settings listen on 0.0.0.0 only with ALLOW_NON_LOOPBACK_IN_DEVELOPMENT=true"
             )
+        if not config.get("TRUSTED_PROXIES"):
+            # Behind the Gateway every peer is an Envoy pod: per-address limits need its X-Forwarded-For.
+            problems.append("TRUSTED_PROXIES must name the Gateway proxies' addresses (the pod CIDR)")
         if config.get("ENVIRONMENT") == "production" and config.get("STRIPE_API_BASE"):
             problems.append("production must talk to the real Stripe API (no STRIPE_API_BASE)")
         api_base = config.get("STRIPE_API_BASE")

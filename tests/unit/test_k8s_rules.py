@@ -97,6 +97,11 @@ def wrong_tls_secret(docs: Docs) -> None:
     one(docs, "Gateway")["spec"]["listeners"][0]["tls"]["certificateRefs"][0]["name"] = "other-tls"
 
 
+def no_trusted_proxies(docs: Docs) -> None:
+    config = next(d for d in docs if d["kind"] == "ConfigMap" and "TRUSTED_PROXIES" in d.get("data", {}))
+    del config["data"]["TRUSTED_PROXIES"]
+
+
 def test_the_rendered_overlay_keeps_the_rules(rendered: str, tmp_path: Path) -> None:
     assert problems_after(rendered, tmp_path, lambda docs: None) == []
 
@@ -113,6 +118,7 @@ def test_the_rendered_overlay_keeps_the_rules(rendered: str, tmp_path: Path) -> 
         (no_silence_alert, "PaidMcpWebhookSilence"),
         (wrong_metrics_port, "has no port named http-metrics"),
         (wrong_tls_secret, "other-tls is no Certificate's secretName"),
+        (no_trusted_proxies, "TRUSTED_PROXIES must name the Gateway proxies' addresses"),
     ],
 )
 def test_a_broken_rule_is_named(
