@@ -37,6 +37,7 @@ from service.identity import service as identity
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import redirect_uri_problem
 from service.identity.models import User
+from service.identity.oauth_forms import UnreadableForm, invalid_request, read_form
 from service.identity.oauth_provider import MAX_AUTHZ_LENGTH, DatabaseOAuthProvider, PendingAuthorization
 from service.identity.oidc.login import OidcLogin
 from service.identity.paths import consent_path, safe_next_path
@@ -335,11 +336,14 @@ async def revoke(request: Request, oidc: OidcDep, oauth: OAuthDep) -> Response:
     """
     if oidc is not None:  # tokens come from the external issuer: revoke them there
         return JSONResponse({"error": "not_found"}, status_code=404)
+    try:  # before authenticating, which reads the form Starlette keeps from this read
+        form = await read_form(request)
+    except UnreadableForm as unreadable:
+        return invalid_request(unreadable)
     try:
         client = await HashedSecretAuthenticator(oauth).authenticate_request(request)
     except AuthenticationError as exc:
         return JSONResponse({"error": "invalid_client", "error_description": exc.message}, status_code=401)
-    form = await request.form()
     token = form.get("token")
     if not isinstance(token, str) or not token:
         return JSONResponse(
