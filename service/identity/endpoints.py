@@ -236,8 +236,13 @@ async def _answering_user(answered: AnsweredConsent, user: OptionalUser) -> User
     return user
 
 
-async def _back_to_consent(request: Request, _: Pages) -> Response:
-    authz = (await request.form()).get("authz")
+async def _back_to_consent(request: Request, pages: Pages) -> Response:
+    try:
+        authz = (await read_form(request)).get("authz")
+    except UnreadableForm:
+        return _expired_authorization(pages)
+    if isinstance(authz, str) and len(authz) > MAX_AUTHZ_LENGTH:  # never copied into a Location header
+        return _expired_authorization(pages)
     return RedirectResponse(consent_path(authz if isinstance(authz, str) else ""), status_code=303)
 
 

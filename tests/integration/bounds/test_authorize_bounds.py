@@ -90,6 +90,18 @@ async def test_login_and_consent_refuse_the_same_over_long_authz(service: Runnin
     assert login.status_code == consent.status_code == 422
 
 
+async def test_an_over_long_authz_with_a_failed_csrf_check_is_not_redirected(
+    service: RunningService,
+) -> None:
+    async with service.http() as browser:  # no CSRF cookie, so the check fails
+        answer = await browser.post(
+            "/authorize/consent", data={"authz": "a" * (MAX_AUTHZ_LENGTH * 8), "decision": "allow"}
+        )
+    assert answer.status_code == 400, answer.headers.get("location", "")[:100]
+    assert "location" not in answer.headers
+    assert len(answer.text) < 5000  # the page does not repeat the request
+
+
 async def test_a_posted_form_starlette_cannot_read_is_an_invalid_request(service: RunningService) -> None:
     """Multipart without a boundary or with a charset Starlette's decoding does not expect, or more
     fields than Starlette parses: a 400 naming the form, not the SDK's server_error nor a 500."""
