@@ -120,6 +120,21 @@ async def test_registration_accepts_https_and_loopback_http(service: RunningServ
         await register(http, redirect_uris=uris)
 
 
+async def test_registration_and_token_answers_are_never_stored(service: RunningService) -> None:
+    """Both carry secrets (a client secret, tokens): RFC 7591 §3.2.1 and RFC 6749 §5.1."""
+    async with service.http() as http:
+        registered = await http.post(
+            "/register", json=client_metadata(token_endpoint_auth_method="client_secret_post")
+        )
+        refused = await http.post("/register", json={"redirect_uris": ["ftp://a.example/cb"]})
+        token = await http.post("/token", data={"client_id": registered.json()["client_id"]})
+    assert registered.status_code == 201 and "client_secret" in registered.json()
+    assert refused.status_code == 400
+    assert token.status_code == 401  # no secret sent
+    for answer in (registered, refused, token):
+        assert answer.headers["cache-control"] == "no-store"
+
+
 async def test_registration_is_rate_limited_per_address(database_url: str) -> None:
     async with run_service(database_url, oauth_registrations_per_address_per_hour=3) as service:
         async with service.http() as http:
