@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
+from stripe import StripeError
 
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
@@ -88,6 +89,13 @@ async def open_portal(
         return pages.message(
             "Billing portal unavailable",
             "Stripe answered with an address we do not send browsers to. Please try again later.",
+            status_code=502,
+        )
+    except StripeError as exc:  # e.g. a customer Stripe no longer knows: a page, not a bare 500
+        logger.warning("could not open the billing portal for user %s: %s", user.id, type(exc).__name__)
+        return pages.message(
+            "Billing portal unavailable",
+            "Stripe could not open your billing portal just now. Please try again later.",
             status_code=502,
         )
     return RedirectResponse(url, status_code=303)

@@ -40,6 +40,8 @@ class HashedSecretAuthenticator(ClientAuthenticator):
         self._clients = provider
 
     async def authenticate_request(self, request: Request) -> OAuthClientInformationFull:
+        # /token and /revoke have read the form with `read_form` (refusing one it cannot read), so
+        # this returns the form Starlette kept.
         form = await request.form()
         client_id = form.get("client_id")
         if not isinstance(client_id, str) or not client_id:

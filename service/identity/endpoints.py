@@ -37,6 +37,7 @@ from service.identity import service as identity
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import redirect_uri_problem
 from service.identity.models import User
+from service.identity.oauth_forms import UnreadableForm, invalid_request, read_form
 from service.identity.oauth_provider import MAX_AUTHZ_LENGTH, DatabaseOAuthProvider, PendingAuthorization
 from service.identity.oidc.login import OidcLogin
 from service.identity.paths import consent_path, safe_next_path
@@ -235,8 +236,13 @@ async def _answering_user(answered: AnsweredConsent, user: OptionalUser) -> User
     return user
 
 
-async def _back_to_consent(request: Request, _: Pages) -> Response:
-    authz = (await request.form()).get("authz")
+async def _back_to_consent(request: Request, pages: Pages) -> Response:
+    try:
+        authz = (await read_form(request)).get("authz")
+    except UnreadableForm:
+        return _expired_authorization(pages)
+    if isinstance(authz, str) and len(authz) > MAX_AUTHZ_LENGTH:  # never copied into a Location header
+        return _expired_authorization(pages)
     return RedirectResponse(consent_path(authz if isinstance(authz, str) else ""), status_code=303)
 
 
@@ -335,11 +341,14 @@ async def revoke(request: Request, oidc: OidcDep, oauth: OAuthDep) -> Response:
     """
     if oidc is not None:  # tokens come from the external issuer: revoke them there
         return JSONResponse({"error": "not_found"}, status_code=404)
+    try:  # before authenticating, which reads the form Starlette keeps from this read
+        form = await read_form(request)
+    except UnreadableForm as unreadable:
+        return invalid_request(unreadable)
     try:
         client = await HashedSecretAuthenticator(oauth).authenticate_request(request)
     except AuthenticationError as exc:
         return JSONResponse({"error": "invalid_client", "error_description": exc.message}, status_code=401)
-    form = await request.form()
     token = form.get("token")
     if not isinstance(token, str) or not token:
         return JSONResponse(

@@ -22,7 +22,6 @@ from mcp.server.auth.routes import build_metadata
 from mcp.server.auth.settings import AuthSettings, RevocationOptions
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE, RequestBodyLimitMiddleware
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -39,6 +38,7 @@ from service.dependencies import (
 )
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import client_address
+from service.identity.oauth_forms import UnreadableForm, invalid_request, read_form
 from service.identity.oauth_provider import REGISTRATION_OPTIONS, TOKEN_ENDPOINT_AUTH_METHODS
 
 router = APIRouter(tags=["oauth"])
@@ -107,13 +107,13 @@ async def authorize(request: Request) -> Response:
         return JSONResponse(NOT_SERVED, status_code=404)
     if request.method != "GET":
         # The SDK's handler reads a form from every method but GET (HEAD and POST here), and answers
-        # one Starlette refuses to parse (multipart without a boundary, over 1,000 fields) with its
-        # own server_error. Read here first: Starlette keeps the form it parsed on the request,
-        # and the handler reads that one.
+        # one Starlette cannot read (multipart without a boundary or with an odd charset, over 1,000
+        # fields) with its own server_error or a 500. Read here first: Starlette keeps the form it
+        # parsed on the request, and the handler reads that one.
         try:
-            await request.form()
-        except HTTPException as refused:
-            problem = f"its form could not be read ({refused.detail})"
+            await read_form(request)
+        except UnreadableForm as unreadable:
+            problem = f"its form could not be read ({unreadable.reason})"
             return await _refused(request, "invalid_request", problem)
     oauth = await get_oauth(request)
     answer: Response = await AuthorizationHandler(oauth).handle(request)
@@ -138,6 +138,10 @@ async def _refused(request: Request, error: str, description: str) -> Response:
 async def token(request: Request) -> Response:
     if await get_oidc(request) is not None:
         return JSONResponse(NOT_SERVED, status_code=404)
+    try:  # here, as the SDK's handler would answer an unreadable form with a 500
+        await read_form(request)
+    except UnreadableForm as unreadable:
+        return invalid_request(unreadable)
     oauth = await get_oauth(request)
     handler = TokenHandler(oauth, HashedSecretAuthenticator(oauth))
     response: Response = await handler.handle(request)

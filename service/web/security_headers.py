@@ -12,6 +12,10 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"
 )
 
+# OAuth endpoints whose answers carry secrets (a client secret, tokens) get `no-store` unless they
+# set their own Cache-Control (RFC 6749 §5.1, RFC 7591 §3.2.1).
+SECRET_ANSWERING_PATHS = frozenset({"/register", "/token"})
+
 
 class SecurityHeadersMiddleware:
     def __init__(self, app: ASGIApp, *, hsts: bool) -> None:
@@ -32,20 +36,26 @@ class SecurityHeadersMiddleware:
             await self.app(scope, receive, send)
             return
 
+        no_store = scope.get("path") in SECRET_ANSWERING_PATHS
+
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = self.completed(message.get("headers", ()))
+                message["headers"] = self.completed(message.get("headers", ()), no_store=no_store)
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
 
-    def completed(self, headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-        """The response's raw headers plus each of ours it lacks (and `no-store` on HTML)."""
+    def completed(
+        self, headers: Iterable[tuple[bytes, bytes]], *, no_store: bool = False
+    ) -> list[tuple[bytes, bytes]]:
+        """The response's raw headers plus each of ours it lacks (and `no-store` on HTML, or on any
+        response when `no_store`)."""
         raw = list(headers)
         present = {name.lower() for name, _ in raw}
         raw.extend(pair for pair in self._ours if pair[0] not in present)
-        if b"cache-control" not in present and any(
-            name.lower() == b"content-type" and value.startswith(b"text/html") for name, value in raw
+        if b"cache-control" not in present and (
+            no_store
+            or any(name.lower() == b"content-type" and value.startswith(b"text/html") for name, value in raw)
         ):
             raw.append((b"cache-control", b"no-store"))
         return raw

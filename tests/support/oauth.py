@@ -17,6 +17,9 @@ from tests.support.service import DEFAULT_PASSWORD, RunningService
 REDIRECT_URI = "http://127.0.0.1:9/callback"  # never contacted: the test reads the Location header
 # Far below the 30 s token cache, so only a revocation message explains a refusal in time.
 REVOCATION_DEADLINE_SECONDS = 5.0
+# A multipart form whose part charset (idna) makes Starlette's decoding raise a bare UnicodeError.
+UNDECODABLE_MULTIPART = {"Content-Type": "multipart/form-data; boundary=xx; charset=idna"}
+UNDECODABLE_FORM = b'--xx\r\nContent-Disposition: form-data; name="client_id"\r\n\r\nxn--zz\r\n--xx--\r\n'
 
 
 def query_of(url: str) -> dict[str, str]:

@@ -17,7 +17,14 @@ from service.identity.oauth_provider import (
     MAX_STATE_LENGTH,
 )
 from tests.support.browserless import sign_in_and_allow
-from tests.support.oauth import authorize, pkce_pair, query_of, register
+from tests.support.oauth import (
+    UNDECODABLE_FORM,
+    UNDECODABLE_MULTIPART,
+    authorize,
+    pkce_pair,
+    query_of,
+    register,
+)
 from tests.support.service import DEFAULT_PASSWORD, RunningService
 
 
@@ -83,9 +90,21 @@ async def test_login_and_consent_refuse_the_same_over_long_authz(service: Runnin
     assert login.status_code == consent.status_code == 422
 
 
+async def test_an_over_long_authz_with_a_failed_csrf_check_is_not_redirected(
+    service: RunningService,
+) -> None:
+    async with service.http() as browser:  # no CSRF cookie, so the check fails
+        answer = await browser.post(
+            "/authorize/consent", data={"authz": "a" * (MAX_AUTHZ_LENGTH * 8), "decision": "allow"}
+        )
+    assert answer.status_code == 400, answer.headers.get("location", "")[:100]
+    assert "location" not in answer.headers
+    assert len(answer.text) < 5000  # the page does not repeat the request
+
+
 async def test_a_posted_form_starlette_cannot_read_is_an_invalid_request(service: RunningService) -> None:
-    """Multipart without a boundary, or more fields than Starlette parses: a 400 naming the form,
-    not the SDK's server_error."""
+    """Multipart without a boundary or with a charset Starlette's decoding does not expect, or more
+    fields than Starlette parses: a 400 naming the form, not the SDK's server_error nor a 500."""
     async with service.http() as browser:
         client = await register(browser)
         fields = {
@@ -96,6 +115,7 @@ async def test_a_posted_form_starlette_cannot_read_is_an_invalid_request(service
         }
         answers = [
             await browser.post("/authorize", headers={"Content-Type": "multipart/form-data"}, content=b""),
+            await browser.post("/authorize", headers=UNDECODABLE_MULTIPART, content=UNDECODABLE_FORM),
             await browser.post("/authorize", data={**fields, **{f"extra{n}": "x" for n in range(1001)}}),
         ]
         # The SDK reads a form from every method but GET.

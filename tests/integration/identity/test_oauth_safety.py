@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,11 +14,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.audit.models import AuditEvent
+from service.audit.service import AuditKind
 from service.identity.models import AuthorizationCode, OAuthClient, Token
 from service.paywall.pg_bus import PostgresBus
 from tests.support.browserless import decide_consent, log_in_through_form
 from tests.support.databases import DatabaseTemplates
 from tests.support.oauth import (
+    UNDECODABLE_FORM,
+    UNDECODABLE_MULTIPART,
     authorize,
     authorized_tokens,
     client_metadata,
@@ -113,6 +118,21 @@ async def test_registration_accepts_https_and_loopback_http(service: RunningServ
     ]
     async with service.http() as http:
         await register(http, redirect_uris=uris)
+
+
+async def test_registration_and_token_answers_are_never_stored(service: RunningService) -> None:
+    """Both carry secrets (a client secret, tokens): RFC 7591 §3.2.1 and RFC 6749 §5.1."""
+    async with service.http() as http:
+        registered = await http.post(
+            "/register", json=client_metadata(token_endpoint_auth_method="client_secret_post")
+        )
+        refused = await http.post("/register", json={"redirect_uris": ["ftp://a.example/cb"]})
+        token = await http.post("/token", data={"client_id": registered.json()["client_id"]})
+    assert registered.status_code == 201 and "client_secret" in registered.json()
+    assert refused.status_code == 400
+    assert token.status_code == 401  # no secret sent
+    for answer in (registered, refused, token):
+        assert answer.headers["cache-control"] == "no-store"
 
 
 async def test_registration_is_rate_limited_per_address(database_url: str) -> None:
@@ -234,6 +254,25 @@ async def test_client_secrets_are_stored_hashed_and_still_authenticate(
             headers=right.get("headers"),  # type: ignore[arg-type]
         )
         assert accepted.status_code == 200, accepted.text
+
+
+@pytest.mark.parametrize("path", ["/token", "/revoke"])
+async def test_a_form_starlette_cannot_decode_is_an_invalid_request(
+    service: RunningService, path: str
+) -> None:
+    async with service.http() as http:
+        answer = await http.post(path, headers=UNDECODABLE_MULTIPART, content=UNDECODABLE_FORM)
+        readable = await http.post(path, data={"client_id": "unknown"})  # the same field, readable
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == "invalid_request"
+    assert "form could not be read" in answer.json()["error_description"]
+    assert answer.headers["cache-control"] == "no-store"
+    assert readable.status_code == 401 and readable.json()["error"] == "invalid_client"
+    refused = await service.rows(AuditEvent, kind=AuditKind.TOKEN_REQUEST_REFUSED.value)
+    # The token endpoint's failed-request throttle counts it like any other refusal.
+    assert sorted(json.loads(row.detail)["status"] for row in refused) == (
+        [400, 401] if path == "/token" else []
+    )
 
 
 async def test_metadata_lists_the_token_endpoint_auth_methods_accepted(service: RunningService) -> None:

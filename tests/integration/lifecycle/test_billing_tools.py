@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from service.audit.models import AuditEvent
+from service.billing.models import StripeCustomer
 from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
@@ -81,3 +84,20 @@ async def test_billing_portal_sessions_are_limited_per_user_per_hour(database_ur
         assert portals[2].headers["retry-after"] == "3600"
         [limited] = await service.rows(AuditEvent, kind="rate_limited")
         assert '"what": "billing_portal"' in limited.detail
+
+
+async def test_a_portal_stripe_refuses_is_an_error_page(
+    service: RunningService, caplog: pytest.LogCaptureFixture
+) -> None:
+    user = await service.add_user("hal")
+    async with service.runtime.sessions() as session, session.begin():
+        session.add(StripeCustomer(user_id=user.id, customer_id="cus_doesnotexist"))
+    async with service.http() as browser:
+        await log_in_through_form(browser, "/login", "hal", DEFAULT_PASSWORD)
+        page = await browser.get("/billing")
+        portal = await browser.post("/billing", data={"csrf_token": csrf_token(page.text)})
+    assert portal.status_code == 502, portal.text
+    assert portal.headers["content-type"].startswith("text/html")
+    assert "Billing portal unavailable" in portal.text
+    [warning] = [record for record in caplog.records if record.name == "service.billing.endpoints"]
+    assert warning.levelno == logging.WARNING and "InvalidRequestError" in warning.getMessage()
