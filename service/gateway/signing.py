@@ -27,6 +27,8 @@ from typing import Any
 
 USER_HEADER = "X-Paid-MCP-User"
 DEFAULT_MAX_AGE_SECONDS = 30
+# Far beyond any Unix time in seconds, and far below the digits `int()` refuses to convert.
+_MAX_TIMESTAMP_DIGITS = 20
 
 
 class InvalidUserHeader(ValueError):
@@ -74,7 +76,9 @@ def verify_user_header(
     """
     user_id, _, rest = value.rpartition(".")
     user_id, _, timestamp_text = user_id.rpartition(".")
-    if not user_id or not timestamp_text.isdigit() or not rest:
+    # ASCII digits only: `isdigit()` alone admits characters such as "²" that `int()` rejects.
+    well_formed = timestamp_text.isascii() and timestamp_text.isdigit()
+    if not user_id or not well_formed or len(timestamp_text) > _MAX_TIMESTAMP_DIGITS or not rest:
         raise InvalidUserHeader(f"{USER_HEADER} is not <user_id>.<timestamp>.<signature>")
     timestamp = int(timestamp_text)
     expected = _mac(secret, user_id, timestamp, tool_name, arguments_digest(arguments))

@@ -28,6 +28,7 @@ from service.mcp_server.explained_refusals import ExplainedRefusals
 from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
+from service.mcp_server.repeated_headers import RepeatedHeaderRefusal
 from service.mcp_server.requests_in_flight import RequestsInFlight, UserRequestLimit
 from service.mcp_server.unknown_prompts import UnknownPrompts
 from service.settings import McpSettings, Settings
@@ -127,9 +128,9 @@ def event_store(mcp: McpSettings) -> SessionEventStore | None:
 
 def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier) -> McpHttp:
     """The SDK's Streamable HTTP app (which also creates `server.session_manager`), and `/mcp` built
-    from the SDK's public pieces with ours between them: behind authentication, the per-user caps on
-    requests in flight and on sessions, then the JSON-RPC shape check (only a signed-in caller's
-    body is parsed twice)."""
+    from the SDK's public pieces with ours between them: behind authentication, the refusal of
+    repeated routing headers, the per-user caps on requests in flight and on sessions, then the
+    JSON-RPC shape check (only a signed-in caller's body is parsed twice)."""
     events = event_store(settings.mcp)
     app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
@@ -158,7 +159,7 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
     )
     transport = SessionScopes(transport, events) if events is not None else NoResumption(transport)
     in_flight = RequestsInFlight(max_per_user=settings.mcp.max_requests_in_flight_per_user)
-    endpoint = bearer_protected(
-        UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight), verifier, auth
-    )
+    # Repeated routing headers are refused first: the layers after it and the SDK see one of each.
+    limits = UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight)
+    endpoint = bearer_protected(RepeatedHeaderRefusal(limits), verifier, auth)
     return McpHttp(app=app, endpoint=endpoint, sessions=sessions, in_flight=in_flight, events=events)

@@ -111,6 +111,35 @@ async def test_a_user_beyond_the_cap_is_refused_others_are_not_and_delete_frees_
     assert status == 200 and session_id is not None, "a DELETE frees a place"
 
 
+@pytest.mark.parametrize(
+    "repeated",
+    [
+        [("MCP-Protocol-Version", "2025-11-25"), ("MCP-Protocol-Version", "2026-07-28")],
+        [("Mcp-Session-Id", "first"), ("Mcp-Session-Id", "second")],
+    ],
+    ids=["protocol-version", "session-id"],
+)
+async def test_a_repeated_routing_header_is_refused_and_opens_no_session(
+    capped: RunningService, repeated: list[tuple[str, str]]
+) -> None:
+    # The SDK routes on the first copy; a layer reading the last would let this initialize open a
+    # legacy session the cap never counted.
+    ada = await token_for(capped, "ada")
+    headers = [("Accept", ACCEPT), ("Authorization", f"Bearer {ada}"), *repeated]
+    async with capped.http() as http:
+        for _ in range(CAP + 1):
+            response = await http.post("/mcp", headers=headers, json=INITIALIZE)
+            assert response.status_code == 400, response.text
+            assert "mcp-session-id" not in response.headers
+            error = response.json()["error"]
+            assert error["code"] == t.INVALID_REQUEST and "at most once" in error["message"]
+
+    opened = [await initialize(capped, ada) for _ in range(CAP)]
+    assert [status for status, _, _ in opened] == [200] * CAP, "the refused ones took no place"
+    status, session_id, _ = await initialize(capped, ada)
+    assert (status, session_id) == (429, None), "the cap still holds"
+
+
 async def test_the_same_users_other_credential_cannot_end_a_session_for_the_cap(
     capped: RunningService,
 ) -> None:

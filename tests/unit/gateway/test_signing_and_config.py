@@ -63,8 +63,22 @@ def test_user_ids_with_dots_verify() -> None:
         ("usr_abc", TOOL, ARGS),
         (f"usr_abc.{NOW}.", TOOL, ARGS),
         (f"usr_abc.soon.{'0' * 64}", TOOL, ARGS),
+        (f"usr_abc.\u00b2.{'0' * 64}", TOOL, ARGS),  # a digit to `isdigit()`, not to `int()`
+        (f"usr_abc.{'9' * 5000}.{'0' * 64}", TOOL, ARGS),  # beyond the digits `int()` converts
     ],
-    ids=["secret", "user", "time", "tool", "arguments", "fewer-arguments", "bare", "empty-mac", "text-time"],
+    ids=[
+        "secret",
+        "user",
+        "time",
+        "tool",
+        "arguments",
+        "fewer-arguments",
+        "bare",
+        "empty-mac",
+        "text-time",
+        "superscript-time",
+        "huge-time",
+    ],
 )
 def test_forged_replayed_elsewhere_or_malformed_headers_are_refused(
     value: str, tool: str, args: dict[str, object]
