@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import bindparam, delete
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -158,8 +160,15 @@ async def _remember_session(
                 col(ElicitationDelivery.mcp_session_id).in_(forgotten),
             )
         )
-    session.add(ElicitationDelivery(elicitation_id=elicitation_id, mcp_session_id=mcp_session_id))
-    await session.flush()
+    # Concurrent unpaid calls in one session race to owe it the notice; the loser's insert is a
+    # no-op rather than an IntegrityError that would fail its tool call.
+    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
+    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    await session.exec(
+        insert(ElicitationDelivery)
+        .values(elicitation_id=elicitation_id, mcp_session_id=mcp_session_id, created_at=utcnow())
+        .on_conflict_do_nothing(index_elements=["elicitation_id", "mcp_session_id"])
+    )
 
 
 async def prune_deliveries(session: AsyncSession) -> None:

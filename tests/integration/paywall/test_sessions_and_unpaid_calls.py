@@ -222,6 +222,23 @@ async def test_a_repeated_unpaid_call_runs_no_sql(capped: RunningService) -> Non
     assert statements == [], "the open link is remembered, the entitlement answer cached"
 
 
+async def test_concurrent_first_unpaid_calls_in_one_session_all_get_the_link(capped: RunningService) -> None:
+    # The link exists (asked on 2026-07-28); on PostgreSQL the session's first calls then race to
+    # be owed its notice, and a loser used to fail its tool call.
+    token = await token_for(capped, "fay")
+    async with probed_client(capped.mcp_url, token, ClientProbe()) as modern:
+        asked = await modern.session.call_tool("ascii_chart", CHART_ARGS, allow_input_required=True)
+        assert isinstance(asked, t.InputRequiredResult)
+    async with (
+        probed_client(capped.mcp_url, token, ClientProbe(), mode="legacy") as legacy,
+        asyncio.timeout(HANG),
+        asyncio.TaskGroup() as group,
+    ):
+        first_calls = (call_expecting_32042(legacy, "ascii_chart", CHART_ARGS) for _ in range(24))
+        calls = [group.create_task(call) for call in first_calls]
+    assert len({call.result().elicitation_id for call in calls}) == 1
+
+
 async def test_delivery_rows_per_elicitation_are_bounded(capped: RunningService) -> None:
     token = await token_for(capped, "eve")
     elicitation_ids = set()
