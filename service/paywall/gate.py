@@ -326,19 +326,33 @@ class Paywall:
         if (tool.elicitation or self._settings.elicitation_style) == "error":
             raise UrlElicitationRequiredError([params])
 
-        action = await ask_to_open(ctx, params.message, url, elicitation_id)
-        if action is None:
-            return error_result(
-                f"{invalid_answer_text(url)} {tool.name} did not run; call it again any time."
-            )
-        refused = _refusal(tool, action)
-        if refused is not None:
-            return refused
-        if await self._wait_for_payment(ctx, caller.user_id, admitted, self._settings.payment_wait_seconds):
-            return None
-        return error_result(
+        not_confirmed = error_result(
             f"Your payment has not been confirmed yet. Once it is, call {tool.name} again: {url}"
         )
+        # The client's answer and the payment share one wait and one of the user's waiting places:
+        # a client that never answers holds neither the call nor a place for longer than a payer.
+        with self._waiters.place(caller.user_id) as placed:
+            if not placed:
+                logger.info("payment wait refused: the caller has as many waiting as allowed")
+                return not_confirmed
+            bound = self._settings.payment_wait_seconds
+            started = anyio.current_time()
+            with anyio.move_on_after(bound) as answer_wait:
+                action = await ask_to_open(ctx, params.message, url, elicitation_id)
+            if answer_wait.cancelled_caught:
+                logger.info("elicitation %s not answered within the payment wait", elicitation_id)
+                return not_confirmed
+            if action is None:
+                return error_result(
+                    f"{invalid_answer_text(url)} {tool.name} did not run; call it again any time."
+                )
+            refused = _refusal(tool, action)
+            if refused is not None:
+                return refused
+            remaining = bound - (anyio.current_time() - started)
+            if await self._wait_placed(ctx, caller.user_id, admitted, remaining):
+                return None
+        return not_confirmed
 
     # -- shared ------------------------------------------------------------------------------
 
@@ -376,17 +390,21 @@ class Paywall:
                 # As many of this user's calls wait already: answer at once, as if nothing was paid.
                 logger.info("payment wait refused: the caller has as many waiting as allowed")
                 return False
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            while True:
-                with self._waiters.watch(user_id) as changed:
-                    if await admitted():
-                        return True
-                    elapsed = loop.time() - started
-                    if elapsed >= bound:
-                        return False
-                    await ctx.report_progress(elapsed, bound, "Waiting for Stripe to confirm the payment")
-                    await wait_for(changed, min(bound - elapsed, PROGRESS_INTERVAL_SECONDS))
+            return await self._wait_placed(ctx, user_id, admitted, bound)
+
+    async def _wait_placed(self, ctx: Context, user_id: str, admitted: Admitted, bound: float) -> bool:
+        """`_wait_for_payment` for a caller that holds one of the user's waiting places."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            with self._waiters.watch(user_id) as changed:
+                if await admitted():
+                    return True
+                elapsed = loop.time() - started
+                if elapsed >= bound:
+                    return False
+                await ctx.report_progress(elapsed, bound, "Waiting for Stripe to confirm the payment")
+                await wait_for(changed, min(bound - elapsed, PROGRESS_INTERVAL_SECONDS))
 
     def _message(self, tool: PaidTool, plan: Plan) -> str:
         packs = self._tools.catalog.credit_packs()

@@ -366,12 +366,14 @@ class PaywallSettings(Section):
     elicitation_ttl_seconds: int = Field(default=24 * 3600, ge=60)
     """How long a payment link stays valid."""
     payment_wait_seconds: float = Field(default=600.0, gt=0)
-    """How long an accepted `elicitation/create` waits for the payment."""
+    """How long an `elicitation/create` call waits, in all, for the client's answer and then the
+    payment; a call still waiting then is told its payment is not confirmed yet."""
     retry_wait_seconds: float = Field(default=25.0, ge=0)
     """How long a 2026-07-28 retry waits for the payment before asking again."""
     max_payment_waits_per_user: int = Field(default=4, ge=1, le=1000)
-    """Calls of one user waiting for a payment at once (2026-07-28 retries and accepted
-    `elicitation/create`s); a call beyond them is answered at once as if nothing was paid yet."""
+    """Calls of one user waiting for a payment at once (2026-07-28 retries and `elicitation/create`
+    calls, from the moment they ask); a call beyond them is answered at once as if nothing was paid
+    yet."""
     max_elicitations_per_hour: int = Field(default=20, ge=1)
     """Payment links one user may be sent in an hour."""
     payment_link_cache_seconds: float = Field(default=30.0, ge=0, le=3600)

@@ -412,3 +412,61 @@ async def test_a_legacy_call_beyond_the_users_waits_is_answered_at_once(few_wait
         assert "has not been confirmed yet" in beyond.content[0].text  # type: ignore[union-attr]
         await pay(few_waits, probe.url_requests[0].url, "ida")
     assert not any(call.result().is_error for call in calls), "the waiting calls run once paid"
+
+
+@pytest.fixture
+async def short_wait(database_url: str) -> AsyncIterator[RunningService]:
+    async with run_service(database_url, elicitation_style="request", payment_wait_seconds=0.5) as running:
+        yield running
+
+
+class UnansweredLinks:
+    """A client's answer to the payment link that never comes; `asked` counts the requests."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.changed = asyncio.Condition()
+
+    async def __call__(self, _: Any) -> t.ElicitResult:
+        async with self.changed:
+            self.asked += 1
+            self.changed.notify_all()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+    async def reached(self, count: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.asked >= count)
+
+
+async def test_an_unanswered_elicitation_ends_the_call_after_the_payment_wait(
+    short_wait: RunningService,
+) -> None:
+    token = await token_for(short_wait, "jan")
+    async with probed_client(
+        short_wait.mcp_url, token, ClientProbe(answer=UnansweredLinks()), mode="legacy"
+    ) as client:
+        async with asyncio.timeout(HANG):
+            result = await client.call_tool("ascii_chart", CHART_ARGS)
+    assert result.is_error
+    assert "has not been confirmed yet" in result.content[0].text  # type: ignore[union-attr]
+
+
+async def test_unanswered_elicitations_count_against_the_users_waits(few_waits: RunningService) -> None:
+    token = await token_for(few_waits, "kit")
+    unanswered = UnansweredLinks()
+    async with probed_client(
+        few_waits.mcp_url, token, ClientProbe(answer=unanswered), mode="legacy"
+    ) as client:
+        asking = [asyncio.create_task(client.call_tool("ascii_chart", CHART_ARGS)) for _ in range(WAITS)]
+        try:
+            async with asyncio.timeout(HANG):
+                await unanswered.reached(WAITS)
+                beyond = await client.call_tool("ascii_chart", CHART_ARGS)
+        finally:
+            for call in asking:
+                call.cancel()
+            await asyncio.gather(*asking, return_exceptions=True)
+    assert beyond.is_error
+    assert "has not been confirmed yet" in beyond.content[0].text  # type: ignore[union-attr]
+    assert unanswered.asked == WAITS, "the call beyond the waits was not asked"
