@@ -32,6 +32,7 @@ from service.billing.plans import CreditPack, MeteredPrice, Plan
 from service.billing.subscriptions import grants_access
 from service.billing.usage_models import CreditBalance, CreditEntry, CreditPayment, UsageCounter, UsageRecord
 from service.db.metadata import utcnow
+from service.db.upsert import dialect_name, upsert_into
 
 # How an allowed paid call is paid for: its plan's included calls, the metered price, or a credit.
 Funding = Literal["included", "metered", "credit"]
@@ -86,15 +87,6 @@ _COUNTER = _table(UsageCounter)
 _USAGE = _table(UsageRecord)
 
 
-def _dialect(session: AsyncSession) -> str:
-    return session.bind.dialect.name if session.bind is not None else "sqlite"
-
-
-def _insert(session: AsyncSession, model: Any) -> Any:
-    factory = postgresql_insert if _dialect(session) == "postgresql" else sqlite_insert
-    return factory(_table(model))
-
-
 # The usage row's columns a decision writes: all but what the reporter fills in later.
 _CLAIM_COLUMNS = [column for column in _USAGE.c if column.name not in ("reported_at", "last_error")]
 # Those only some rows have (a plan call's, a metered call's): NULL unless given.
@@ -129,7 +121,7 @@ async def _claim(session: AsyncSession, call: PaidCall, funding: Funding, **valu
         "report_attempts": 0,
         **values,
     }
-    claimed = (await session.exec(_CLAIM[_dialect(session)], params=params)).first()
+    claimed = (await session.exec(_CLAIM[dialect_name(session)], params=params)).first()
     return str(claimed[0]) if claimed is not None else None
 
 
@@ -154,7 +146,7 @@ async def spend_credit(session: AsyncSession, call: PaidCall) -> Decision:
     if spent.rowcount != 1:
         raise Refused
     await session.exec(
-        _insert(session, CreditEntry).values(
+        upsert_into(session, CreditEntry).values(
             user_id=call.user_id, delta=-1, reason="spend", source=f"usage:{usage_id}", created_at=utcnow()
         )
     )
@@ -182,7 +174,7 @@ async def grant_credits(
     if entry is None:
         return False
     upsert = (
-        _insert(session, CreditBalance)
+        upsert_into(session, CreditBalance)
         .values(user_id=user_id, balance=pack.credits, updated_at=utcnow())
         .on_conflict_do_update(
             index_elements=["user_id"],
@@ -201,7 +193,7 @@ async def meet_credit_payment(
     both write this row before anything else, so whichever comes second waits for the first to
     commit and then sees what it wrote: a reversal sees the purchase, a grant the reversal."""
     table = _table(CreditPayment)
-    insert = _insert(session, CreditPayment).values(
+    insert = upsert_into(session, CreditPayment).values(
         payment_intent_id=payment_intent_id, reversal=reversal, created_at=utcnow()
     )
     statement = insert.on_conflict_do_update(
@@ -293,7 +285,7 @@ async def _append(
 ) -> int | None:
     """A ledger entry, unless one with this `source` exists; the new entry's id or None."""
     statement = (
-        _insert(session, CreditEntry)
+        upsert_into(session, CreditEntry)
         .values(
             user_id=user_id,
             delta=delta,
@@ -414,7 +406,7 @@ async def _count(session: AsyncSession, subscription: Subscription, period: str,
     if (await session.exec(raise_used)).rowcount == 1:
         return True
     first = (
-        _insert(session, UsageCounter)
+        upsert_into(session, UsageCounter)
         .values(subscription_id=subscription.id, period=period, user_id=subscription.user_id, used=1)
         .on_conflict_do_nothing(index_elements=["subscription_id", "period"])
         .returning(_table(UsageCounter).c.used)

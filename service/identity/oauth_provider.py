@@ -31,13 +31,12 @@ from mcp.server.auth.settings import ClientRegistrationOptions
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
 from sqlalchemy import delete, update
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
+from service.db.upsert import upsert_into
 from service.identity import service as identity
 from service.identity.client_registration import MAX_CLIENT_NAME_LENGTH, check_registration
 from service.identity.models import AuthorizationCode, OAuthClient, OAuthConsent, Token, User
@@ -234,9 +233,7 @@ class DatabaseOAuthProvider:
             "scopes": " ".join(pending.params.scopes or []),
             "created_at": utcnow(),
         }
-        dialect = (await session.connection()).dialect.name
-        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-        statement = insert(OAuthConsent).values(**values)
+        statement = upsert_into(session, OAuthConsent).values(**values)
         # Two approvals at once (a double click) both succeed; the later one's scopes stand.
         await session.exec(
             statement.on_conflict_do_update(

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy import bindparam, delete
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import and_, col, func, or_, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -18,6 +16,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.audit.service import AuditKind, record
 from service.billing.stripe_sync.payment_requests import OpenRequests
 from service.db.metadata import utcnow
+from service.db.upsert import upsert_into
 from service.observability.metrics import ServiceMetrics
 from service.paywall.models import Elicitation, ElicitationDelivery, ElicitationStatus
 
@@ -162,10 +161,8 @@ async def _remember_session(
         )
     # Concurrent unpaid calls in one session race to owe it the notice; the loser's insert is a
     # no-op rather than an IntegrityError that would fail its tool call.
-    dialect = session.bind.dialect.name if session.bind is not None else "sqlite"
-    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
     await session.exec(
-        insert(ElicitationDelivery)
+        upsert_into(session, ElicitationDelivery)
         .values(elicitation_id=elicitation_id, mcp_session_id=mcp_session_id, created_at=utcnow())
         .on_conflict_do_nothing(index_elements=["elicitation_id", "mcp_session_id"])
     )
