@@ -1,13 +1,36 @@
-"""JSON parsed with a bound on nesting depth, so deep input is a clean refusal, never a RecursionError."""
+"""JSON parsed with a bound on nesting depth, so deep input is a clean refusal, never a RecursionError,
+and with finite numbers only.
+
+Python's `json` reads `NaN`, `Infinity` and `-Infinity`, which JSON does not have, and reads a
+number past a float's range (`1e400`) as infinity; so does the MCP SDK's parser. Such a value
+crashes a tool doing arithmetic, and in gateway mode the upstream refuses the forwarded call. They
+are refused here as malformed JSON.
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+from typing import Any, NoReturn
 
 
 class JsonTooDeep(ValueError):
     """JSON nested deeper than the limit allows."""
+
+
+class JsonNotFinite(ValueError):
+    """JSON holding `NaN`, `Infinity`, `-Infinity` or a number beyond a float's range."""
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise JsonNotFinite(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise JsonNotFinite(f"the number {text[:32]} is beyond a float's range")
+    return value
 
 
 def nesting_depth_over(value: Any, limit: int) -> bool:
@@ -36,10 +59,11 @@ def openers(data: str | bytes) -> int:
 
 
 def loads_bounded(data: str | bytes, max_depth: int) -> Any:
-    """`json.loads`, raising `JsonTooDeep` for input nested over `max_depth` (ValueError when invalid).
-    The parsed value is walked only when the text has more openers than `max_depth`."""
+    """`json.loads`, raising `JsonTooDeep` for input nested over `max_depth`, `JsonNotFinite` for a
+    number that is not finite (ValueError when invalid). The parsed value is walked only when the
+    text has more openers than `max_depth`."""
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError as exc:
         raise JsonTooDeep(f"JSON nested more than {max_depth} deep") from exc
     if openers(data) > max_depth and nesting_depth_over(value, max_depth):

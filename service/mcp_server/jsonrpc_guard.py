@@ -1,8 +1,12 @@
-"""Checks a POSTed JSON-RPC message's shape before the SDK reads it: nesting depth and `id`.
+"""Checks a POSTed JSON-RPC message's shape before the SDK reads it: nesting depth, numbers and `id`.
 
 The SDK parses an object with an unusable `id` (an object, a float, `null` on a request) as a
 notification, answers 202 and drops it; the caller never learns why. Here such a message gets
-JSON-RPC's -32600 Invalid Request with HTTP 400, and JSON nested deeper than the limit a -32700.
+JSON-RPC's -32600 Invalid Request with HTTP 400, and JSON nested deeper than the limit, or holding
+`NaN`, `Infinity`, `-Infinity` or a number past a float's range (which the SDK's parser reads), a
+-32700 Parse error. A body Python's parser cannot read goes on to the SDK's parser, which is
+stricter (it refuses a BOM, UTF-16, lone surrogates) and answers its own -32700: so every body the
+SDK reads was checked here.
 It reads the whole body, so it must sit behind `service.web.body_limit.BodyLimit`.
 """
 
@@ -13,7 +17,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.json_bounds import JsonTooDeep, loads_bounded
+from service.json_bounds import JsonNotFinite, JsonTooDeep, loads_bounded
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -50,7 +54,7 @@ class JsonRpcGuard:
         problem: tuple[int, str] | None = None
         try:
             reason = id_problem(loads_bounded(body, self.max_depth))
-        except JsonTooDeep as exc:
+        except (JsonTooDeep, JsonNotFinite) as exc:
             problem = (PARSE_ERROR, f"Parse error: {exc}")
         except ValueError:
             reason = None  # not JSON at all: the SDK answers its own parse error

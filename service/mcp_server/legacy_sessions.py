@@ -104,6 +104,11 @@ class LegacySessions:
         session = self._sessions.get(session_id)
         return session is not None and session.principal == principal
 
+    def requests_in_flight(self, session_id: str) -> int:
+        """The session's HTTP requests under way (for probes and tests); 0 for a session not held."""
+        session = self._sessions.get(session_id)
+        return session.in_flight if session is not None else 0
+
     def request_started(self, session_id: str) -> None:
         session = self._sessions.get(session_id)
         if session is not None:

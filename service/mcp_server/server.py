@@ -29,7 +29,7 @@ from service.mcp_server.free_tools import register_free_tools
 from service.mcp_server.jsonrpc_guard import JsonRpcGuard
 from service.mcp_server.legacy_sessions import LegacySessionLimit, LegacySessions
 from service.mcp_server.repeated_headers import RepeatedHeaderRefusal
-from service.mcp_server.requests_in_flight import RequestsInFlight, UserRequestLimit
+from service.mcp_server.requests_in_flight import HandlingInFlight, RequestsInFlight, UserRequestLimit
 from service.mcp_server.unknown_prompts import UnknownPrompts
 from service.settings import McpSettings, Settings
 
@@ -159,6 +159,8 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
     )
     transport = SessionScopes(transport, events) if events is not None else NoResumption(transport)
     in_flight = RequestsInFlight(max_per_user=settings.mcp.max_requests_in_flight_per_user)
+    # Outermost, so a call's place stays taken for all of its handling, however long it outlives the POST.
+    server.middleware.insert(0, HandlingInFlight())
     # Repeated routing headers are refused first: the layers after it and the SDK see one of each.
     limits = UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight)
     endpoint = bearer_protected(RepeatedHeaderRefusal(limits), verifier, auth)

@@ -249,7 +249,8 @@ class McpSettings(Section):
         default=128, ge=1, le=100_000, alias="max_mcp_requests_in_flight_per_user"
     )
     """`POST /mcp` requests one user may have under way at once on a replica (tool calls, calls
-    waiting for a payment, any other request); beyond them, 429 with `Retry-After`."""
+    waiting for a payment, any other request); beyond them, 429 with `Retry-After`. A 2025-11-25 call
+    counts until its handling ends, even after its client hangs up."""
 
     _split = field_validator("allowed_hosts", "allowed_origins", "request_state_keys", mode="before")(
         _split_csv

@@ -1,4 +1,5 @@
-"""`/mcp` bounds: tool input schemas, tool output size, request body size, JSON depth, JSON-RPC ids."""
+"""`/mcp` bounds: tool input schemas, tool output size, request body size, JSON depth, non-finite
+numbers, JSON-RPC ids."""
 
 from __future__ import annotations
 
@@ -132,6 +133,51 @@ async def test_deeply_nested_json_is_a_400(service: RunningService, depth: int) 
         answer = await http.post("/mcp", content=body, headers=mcp_headers(token))
     assert answer.status_code == 400
     assert answer.json()["error"]["code"] == -32700
+
+
+NOT_FINITE = ["NaN", "Infinity", "-Infinity", "1e400"]
+
+
+def with_raw_number(body: dict[str, Any], number: str) -> str:
+    """`body` as JSON text, its `__NUMBER__` placeholder replaced with `number` as written."""
+    return json.dumps(body).replace('"__NUMBER__"', number)
+
+
+@pytest.mark.parametrize("number", NOT_FINITE)
+async def test_a_number_that_is_not_finite_is_a_parse_error_in_both_eras(
+    service: RunningService, number: str
+) -> None:
+    token = await signed_in(service, "not-finite")
+    legacy_headers = await legacy_session(service, token)
+    arguments = {"text": "hi", "weight": "__NUMBER__"}
+    legacy_call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "text_stats", "arguments": arguments},
+    }
+    async with service.http() as http:
+        answers = [
+            await http.post(
+                "/mcp", content=with_raw_number(tool_call_body(arguments), number), headers=mcp_headers(token)
+            ),
+            await http.post("/mcp", content=with_raw_number(legacy_call, number), headers=legacy_headers),
+        ]
+    for answer in answers:
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == -32700
+        assert "Parse error" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("number", ["1.5", "1e300", "-1e300"])
+async def test_a_finite_number_still_reaches_the_tool(service: RunningService, number: str) -> None:
+    token = await signed_in(service, "finite")
+    body = with_raw_number(tool_call_body({"text": "one two two", "weight": "__NUMBER__"}), number)
+    async with service.http() as http:
+        answer = await http.post("/mcp", content=body, headers=mcp_headers(token))
+    assert answer.status_code == 200, answer.text
+    result = only_message(answer)["result"]
+    assert not result.get("isError") and result["structuredContent"]["words"] == 3, result
 
 
 BAD_IDS = pytest.mark.parametrize(

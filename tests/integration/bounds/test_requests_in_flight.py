@@ -12,8 +12,11 @@ import anyio
 import pytest
 from mcp_types import INVALID_REQUEST
 
+from service.mcp_server.server import McpHttp
 from tests.integration.gateway.test_gateway import PLANS, gateway_settings, text_of, user_token
 from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_http import legacy_session
+from tests.support.polling import until
 from tests.support.service import RunningService, run_service
 from tests.support.upstream import upstream_host
 
@@ -89,3 +92,46 @@ async def test_a_request_past_the_users_cap_is_429_and_others_go_on(
     assert others.status_code == 200 and "echo: not me" in others.text, "another user is not affected"
     assert finished == ["released", "released"], "the calls in flight were not disturbed"
     assert again.status_code == 200 and "echo: my turn" in again.text, "the places came back"
+
+
+async def test_a_legacy_call_the_client_hung_up_on_counts_until_it_ends(
+    database_url: str, plans_file: Path
+) -> None:
+    async with upstream_host() as upstream, upstream.running():
+        settings = gateway_settings(upstream, plans_file, max_mcp_requests_in_flight_per_user=1)
+        async with run_service(database_url, **settings) as service:
+            user = await service.add_user("hangs-up")
+            token = (await service.personal_token("hangs-up")).secret
+            mcp_http: McpHttp = service.app.state.mcp_http
+            headers = await legacy_session(service, token)
+            session_id = headers["Mcp-Session-Id"]
+            call = {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "tools/call",
+                "params": {"name": "hang", "arguments": {}},
+            }
+            async with (
+                service.http() as http,
+                http.stream("POST", "/mcp", headers=headers, json=call) as answer,
+            ):
+                assert answer.status_code == 200
+                with anyio.fail_after(30):
+                    await upstream.hanging.reached(1)
+            # Leaving the stream unread closed its connection: the client hung up while `hang` waits.
+
+            async def post_ended() -> bool:
+                return mcp_http.sessions.requests_in_flight(session_id) == 0
+
+            await until(post_ended, "the service saw the hung-up POST end")
+            refused = await post_call(service, token, "echo", {"text": "one more"})
+            upstream.release.set()
+
+            async def call_ended() -> bool:
+                return mcp_http.in_flight.count(user.id) == 0
+
+            await until(call_ended, "the hung-up call ended and gave its place back")
+            again = await post_call(service, token, "echo", {"text": "my turn"})
+
+    assert refused.status_code == 429, "the hung-up call still runs, so it still counts"
+    assert again.status_code == 200 and "echo: my turn" in again.text, "its place came back when it ended"

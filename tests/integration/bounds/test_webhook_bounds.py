@@ -1,4 +1,5 @@
-"""`/webhooks/stripe` bounds: body size, JSON depth, timestamps, livemode, and what a rejection costs."""
+"""`/webhooks/stripe` bounds: body size, JSON depth, non-finite numbers, timestamps, livemode, and what a
+rejection costs."""
 
 from __future__ import annotations
 
@@ -110,6 +111,18 @@ async def test_deeply_nested_signed_json_is_a_400(service: RunningService, depth
     assert (status, answer) == (400, REFUSED)
     assert await service.rows(StripeEvent, id="evt_deep") == []
     assert rejections(service, "too_deep") == 1
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+async def test_a_signed_event_with_a_number_that_is_not_finite_is_not_json(
+    service: RunningService, number: str
+) -> None:
+    invoice = {"id": "in_nan", "object": "invoice", "amount_due": "__NUMBER__"}
+    body = event_body("evt_nan", "invoice.created", invoice).replace(b'"__NUMBER__"', number.encode())
+    status, answer = await post_webhook(service, body, signed(service, body))
+    assert (status, answer) == (400, REFUSED)
+    assert await service.rows(StripeEvent, id="evt_nan") == []
+    assert rejections(service, "not_json") == 1
 
 
 async def test_a_declared_body_over_the_limit_is_refused_before_it_is_sent(service: RunningService) -> None:

@@ -7,6 +7,7 @@ what crossed the wire, not what our code meant to send.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from service.gateway.tools import ToolNameCollision, UnclassifiedTools
 from service.gateway.upstream import UpstreamUnavailable
 from service.identity.models import User
 from tests.support.mcp_clients import ClientProbe, probed_client
+from tests.support.mcp_http import legacy_session
 from tests.support.payment import pay
 from tests.support.service import RunningService, make_settings, run_service
 from tests.support.upstream import UPSTREAM_CREDENTIAL, USER_HEADER_SECRET, UpstreamHost, upstream_host
@@ -327,3 +329,40 @@ async def test_a_tool_both_free_and_sold_is_a_startup_error(
         with pytest.raises(UnclassifiedTools, match="premium_report"):
             async with app.router.lifespan_context(app):
                 pass
+
+
+@pytest.mark.parametrize("number", ["NaN", "-Infinity", "1e400"])
+async def test_a_number_that_is_not_finite_is_a_parse_error_never_forwarded(
+    gateway: RunningService, upstream: UpstreamHost, number: str
+) -> None:
+    """Forwarded, the upstream would refuse the call and the caller hear "upstream unreachable"."""
+    token = await user_token(gateway, "nan-sender")
+    legacy_headers = await legacy_session(gateway, token)
+    modern_headers = {
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "echo",
+    }
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    arguments = {"text": "hi", "n": "__NUMBER__"}
+    legacy = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": arguments},
+    }
+    modern = {**legacy, "params": {"name": "echo", "arguments": arguments, "_meta": meta}}
+    async with gateway.http() as http:
+        answers = [
+            await http.post("/mcp", content=json.dumps(body).replace('"__NUMBER__"', number), headers=headers)
+            for body, headers in ((legacy, legacy_headers), (modern, modern_headers))
+        ]
+    assert [(answer.status_code, answer.json()["error"]["code"]) for answer in answers] == [(400, -32700)] * 2
+    assert upstream.recorder.tool_calls() == []

@@ -7,7 +7,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.types import Message, Receive, Scope, Send
 
-from service.mcp_server.requests_in_flight import RequestsInFlight, UserRequestLimit
+from service.mcp_server.requests_in_flight import Place, RequestsInFlight, UserRequestLimit
 
 
 def scope_of(subject: str, method: str = "POST") -> Scope:
@@ -58,3 +58,28 @@ async def test_streams_and_deletes_are_not_counted() -> None:
     for method in ("GET", "DELETE"):
         await UserRequestLimit(app, in_flight)(scope_of("ada", method), receive, ignore)
     assert ran == ["GET", "DELETE"]
+
+
+def test_a_handling_within_its_post_shares_the_posts_place() -> None:
+    in_flight = RequestsInFlight(max_per_user=1)
+    assert in_flight.enter("ada")
+    place = Place(in_flight, "ada")
+    place.hold()  # the SDK handles the message while the POST is under way (2026-07-28)
+    assert in_flight.count("ada") == 1, "counted once, not once more for its handling"
+    place.release()  # the client hung up: the POST ended, the handling goes on
+    assert in_flight.count("ada") == 1, "still counted while its handling runs"
+    place.release()
+    assert in_flight.count("ada") == 0
+
+
+def test_a_handling_that_begins_after_its_post_ended_is_counted_again() -> None:
+    in_flight = RequestsInFlight(max_per_user=1)
+    assert in_flight.enter("ada")
+    place = Place(in_flight, "ada")
+    place.release()  # the client hung up before the SDK began handling the message
+    assert in_flight.enter("ada")  # another request took the one place meanwhile
+    place.hold()
+    assert in_flight.count("ada") == 2, "an admitted request counts even past the cap"
+    place.release()
+    in_flight.leave("ada")
+    assert in_flight.count("ada") == 0
