@@ -176,6 +176,9 @@ class DatabaseSettings(Section):
     )
     """How long `/readyz` keeps answering ready while a database it reached before does not answer; `0`:
     unready at once."""
+    readiness_cache_seconds: float = Field(default=1.0, ge=0, le=10, alias="readiness_cache_seconds")
+    """How long `/readyz` reuses its last check, so a flood of probes (the route is public) costs one
+    database check per this many seconds; probes arriving during a check share it. `0`: no reuse."""
 
 
 class ObservabilitySettings(Section):
