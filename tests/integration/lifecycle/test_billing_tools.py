@@ -101,3 +101,19 @@ async def test_a_portal_stripe_refuses_is_an_error_page(
     assert "Billing portal unavailable" in portal.text
     [warning] = [record for record in caplog.records if record.name == "service.billing.endpoints"]
     assert warning.levelno == logging.WARNING and "InvalidRequestError" in warning.getMessage()
+
+
+async def test_refused_portal_presses_write_a_bounded_number_of_audit_rows(database_url: str) -> None:
+    async with run_service(database_url, max_portal_sessions_per_user_per_hour=1) as service:
+        subscriber = await subscribe(service, "ivy")
+        async with service.http() as browser:
+            await log_in_through_form(browser, "/login", subscriber.username, DEFAULT_PASSWORD)
+            page = await browser.get("/billing")
+            token = csrf_token(page.text)
+            portals = [
+                (await browser.post("/billing", data={"csrf_token": token})).status_code for _ in range(30)
+            ]
+        assert portals == [303] + [429] * 29
+        # One row for the first refusal; the rest wait for PAGE_AUDIT_SECONDS to be counted.
+        [limited] = await service.rows(AuditEvent, kind="rate_limited")
+        assert '"count": 1' in limited.detail and '"what": "billing_portal"' in limited.detail
