@@ -12,6 +12,7 @@ from stripe import StripeError
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
 from service.billing.redirects import UntrustedRedirect
+from service.billing.stripe_unavailable import stripe_unavailable
 from service.dependencies import (
     BrowserSessionSecret,
     CsrfChecked,
@@ -100,10 +101,8 @@ async def open_portal(
         )
     except StripeError as exc:  # e.g. a customer Stripe no longer knows: a page, not a bare 500
         logger.warning("could not open the billing portal for user %s: %s", user.id, type(exc).__name__)
-        return pages.message(
-            "Billing portal unavailable",
-            "Stripe could not open your billing portal just now. Please try again later.",
-            status_code=502,
+        return stripe_unavailable(
+            pages, exc, title="Billing portal unavailable", failed="Stripe could not open your billing portal"
         )
     return RedirectResponse(url, status_code=303)
 

@@ -11,6 +11,7 @@ from service.billing.models import StripeCustomer
 from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
+from tests.support.stripe_outage import OUTAGES, StripeOutage, service_with_stripe
 from tests.support.subscriptions import subscribe
 
 
@@ -117,3 +118,20 @@ async def test_refused_portal_presses_write_a_bounded_number_of_audit_rows(datab
         # One row for the first refusal; the rest wait for PAGE_AUDIT_SECONDS to be counted.
         [limited] = await service.rows(AuditEvent, kind="rate_limited")
         assert '"count": 1' in limited.detail and '"what": "billing_portal"' in limited.detail
+
+
+@pytest.mark.parametrize("outage", OUTAGES)
+async def test_a_portal_stripe_throttles_or_cannot_reach_is_a_503_to_retry(
+    database_url: str, outage: StripeOutage
+) -> None:
+    async with service_with_stripe(database_url, outage) as service:
+        user = await service.add_user("jo")
+        async with service.runtime.sessions() as session, session.begin():
+            session.add(StripeCustomer(user_id=user.id, customer_id="cus_anyone"))
+        async with service.http() as browser:
+            await log_in_through_form(browser, "/login", "jo", DEFAULT_PASSWORD)
+            page = await browser.get("/billing")
+            portal = await browser.post("/billing", data={"csrf_token": csrf_token(page.text)})
+    assert portal.status_code == 503, portal.text
+    assert portal.headers["retry-after"] == "5"
+    assert "Billing portal unavailable" in portal.text and "try again in a moment" in portal.text
