@@ -103,3 +103,19 @@ async def test_a_report_is_reused_for_its_ttl_and_a_failure_shows_once_it_ends(
     assert not (await probes.check()).ready, "the failure is reused for the TTL too"
     clock.now += 0.1
     assert (await probes.check()).ready, "and for no longer"
+
+
+async def test_a_probe_that_gives_up_leaves_the_shared_check_to_the_others(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    started = asyncio.Event()
+    event.listen(engine.sync_engine, "before_cursor_execute", lambda *_: started.set())
+    shared = readiness(engine, database_url, 0.0, Clock())
+    leaving = asyncio.ensure_future(shared.check())
+    staying = asyncio.ensure_future(shared.check())
+    await started.wait()  # the check runs, and both probes wait for it
+
+    leaving.cancel()  # its client went away
+
+    assert (await staying).ready
+    assert leaving.cancelled()
