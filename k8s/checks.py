@@ -33,6 +33,8 @@ HOOK_ANNOTATIONS = {
 }
 # The /mcp route must outlive a paid tool's waiting retry (PAYMENT_WAIT_SECONDS, 600 by default).
 MIN_MCP_TIMEOUT_SECONDS = 600
+# The kubelet probes the pods directly; through the Gateway these would be anyone's to flood.
+PROBE_PATHS = ("/healthz", "/readyz")
 ALERTS = {
     "PaidMcpWebhookFailures",
     "PaidMcpWebhookSilence",
@@ -292,6 +294,7 @@ def check_gateway(by_kind: dict[str, list[dict[str, Any]]], services: dict[str, 
                 timeout = rule.get("timeouts", {}).get("request", "")
                 if not timeout or MIN_MCP_TIMEOUT_SECONDS > duration_seconds(timeout) > 0:
                     problems.append(f"{where}: /mcp needs timeouts.request >= {MIN_MCP_TIMEOUT_SECONDS}s")
+    problems += check_probe_paths(by_kind)
     if len(mcp_routes) != 1:
         return [*problems, f"expected exactly one HTTPRoute rule for /mcp, found {len(mcp_routes)}"]
     # Sticky legacy sessions: the hash key must be on `initialize` too, so Authorization, not
@@ -311,6 +314,55 @@ def check_gateway(by_kind: dict[str, list[dict[str, Any]]], services: dict[str, 
             )
     if not sticky:
         problems.append(f"HTTPRoute/{mcp_routes[0]}: no BackendTrafficPolicy makes /mcp sticky")
+    return problems
+
+
+def _covers(match: dict[str, Any], path: str) -> bool:
+    """Whether an HTTPRoute path match takes `path` (no match at all: the prefix `/`)."""
+    kind = match.get("path", {}).get("type", "PathPrefix")
+    value = match.get("path", {}).get("value", "/")
+    if kind == "Exact":
+        return bool(value == path)
+    return kind == "PathPrefix" and (
+        value.rstrip("/") in ("", path) or path.startswith(value.rstrip("/") + "/")
+    )
+
+
+def check_probe_paths(by_kind: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """No route forwards the probe paths to a pod: an Exact rule answers them at the Gateway with a
+    rendered HTTPRouteFilter's directResponse."""
+    problems: list[str] = []
+    responders = {
+        f["metadata"]["name"] for f in by_kind.get("HTTPRouteFilter", []) if f["spec"].get("directResponse")
+    }
+    answered: set[str] = set()
+    forwarded: dict[str, str] = {}
+    for route in by_kind.get("HTTPRoute", []):
+        where = f"HTTPRoute/{route['metadata']['name']}"
+        for rule in route["spec"].get("rules", []):
+            matches = rule.get("matches") or [{}]
+            refs = [f["extensionRef"] for f in rule.get("filters", []) if f.get("type") == "ExtensionRef"]
+            for ref in refs:
+                if ref.get("kind") == "HTTPRouteFilter" and ref.get("name") not in responders:
+                    problems.append(
+                        f"{where}: HTTPRouteFilter {ref.get('name')} is not rendered with a directResponse"
+                    )
+            for path in PROBE_PATHS:
+                if not any(_covers(match, path) for match in matches):
+                    continue
+                exact = any(m.get("path", {}).get("type") == "Exact" for m in matches if _covers(m, path))
+                if rule.get("backendRefs"):
+                    forwarded.setdefault(path, where)
+                    if exact:
+                        problems.append(f"{where}: {path} must not be forwarded to the service")
+                elif exact and any(ref.get("name") in responders for ref in refs):
+                    answered.add(path)
+    for path, where in forwarded.items():
+        if path not in answered:
+            problems.append(
+                f"{where}: {path} reaches the service through the Gateway; the kubelet probes pods "
+                "directly, so answer it at the Gateway (an Exact rule with a directResponse filter)"
+            )
     return problems
 
 

@@ -287,6 +287,7 @@ async def _start_runtime(
             head=head_revision(settings.database.url),
             known_revisions=known_revisions(settings.database.url),
             outage_grace=settings.database.readiness_outage_grace_seconds,
+            cache_seconds=settings.database.readiness_cache_seconds,
         ),
         catalog=catalog,
         stripe=gateway,

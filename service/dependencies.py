@@ -139,7 +139,7 @@ async def get_webhook_rejections(request: Request) -> AuditSampler:
 
 
 async def get_page_audits(request: Request) -> AuditSampler:
-    """Samples which payment page views and refusals get an audit row."""
+    """Samples which payment page views and refusals, and refused billing portal presses, get an audit row."""
     return _runtime(request).page_audits
 
 

@@ -64,7 +64,7 @@ class Runtime:
     registration_limiter: AddressRateLimiter
     webhook_checks: WebhookChecks
     webhook_rejections: AuditSampler
-    page_audits: AuditSampler  # which payment page views and refusals get an audit row
+    page_audits: AuditSampler  # which payment page views and refusals (and billing's) get an audit row
     sign_in: PasswordSignIn
     sign_in_throttle: SignInThrottle
     client_addresses: ClientAddresses

@@ -20,6 +20,7 @@ const MODULES = [
   "@kubernetes-models/cert-manager/cert-manager.io/v1/Certificate",
   "@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1/BackendTrafficPolicy",
   "@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1/ClientTrafficPolicy",
+  "@kubernetes-models/envoy-gateway/gateway.envoyproxy.io/v1alpha1/HTTPRouteFilter",
   "@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/Gateway",
   "@kubernetes-models/gateway-api/gateway.networking.k8s.io/v1/HTTPRoute",
   "@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor",

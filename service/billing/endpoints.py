@@ -12,10 +12,12 @@ from stripe import StripeError
 from service.audit.service import AuditKind, count_recent, record
 from service.billing.models import StripeCustomer
 from service.billing.redirects import UntrustedRedirect
+from service.billing.stripe_unavailable import stripe_unavailable
 from service.dependencies import (
     BrowserSessionSecret,
     CsrfChecked,
     FormPagesDep,
+    PageAuditsDep,
     PagesDep,
     SessionDep,
     SessionFactoryDep,
@@ -60,6 +62,7 @@ async def open_portal(
     pages: PagesDep,
     stripe: StripeDep,
     settings: SettingsDep,
+    audits: PageAuditsDep,
 ) -> Response:
     async with sessions() as session, session.begin():  # read, and let go before Stripe
         user = await browser_session_user(session, secret)
@@ -71,7 +74,12 @@ async def open_portal(
         # Counted as the pay button's presses are (audit rows, so across replicas), before Stripe.
         attempts = await count_recent(session, AuditKind.PORTAL_ATTEMPT, user.id, PORTAL_ATTEMPT_WINDOW)
         if attempts >= settings.billing.max_portal_sessions_per_user_per_hour:
-            await record(session, AuditKind.RATE_LIMITED, user_id=user.id, what="billing_portal")
+            # Sampled as the pay page's refusals are: a user can press a refused button endlessly.
+            count = audits.take((user.id, "billing_portal", AuditKind.RATE_LIMITED))
+            if count is not None:
+                await record(
+                    session, AuditKind.RATE_LIMITED, user_id=user.id, what="billing_portal", count=count
+                )
             response = pages.message(
                 "Too many attempts",
                 "You opened the billing portal too often in the last hour. Please try again later.",
@@ -93,10 +101,8 @@ async def open_portal(
         )
     except StripeError as exc:  # e.g. a customer Stripe no longer knows: a page, not a bare 500
         logger.warning("could not open the billing portal for user %s: %s", user.id, type(exc).__name__)
-        return pages.message(
-            "Billing portal unavailable",
-            "Stripe could not open your billing portal just now. Please try again later.",
-            status_code=502,
+        return stripe_unavailable(
+            pages, exc, title="Billing portal unavailable", failed="Stripe could not open your billing portal"
         )
     return RedirectResponse(url, status_code=303)
 

@@ -23,6 +23,7 @@ from service.billing.plans import Plan, PlanCatalog
 from service.billing.redirects import UntrustedRedirect
 from service.billing.stripe_fields import field_of
 from service.billing.stripe_gateway import CheckoutRequest, CreditCheckoutRequest, StripeGateway
+from service.billing.stripe_unavailable import is_transient, stripe_unavailable
 from service.billing.subscriptions import entitled_plan_ids, plan_of
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
@@ -304,6 +305,20 @@ def _untrusted_redirect(pages: Pages) -> Response:
     )
 
 
+def _stripe_failed(pages: Pages, elicitation_id: str, exc: stripe.StripeError) -> Response:
+    """A page instead of a bare 500 when a pay button's Stripe calls fail; nothing was charged."""
+    if is_transient(exc):
+        logger.warning("Stripe unavailable for elicitation %s: %s", elicitation_id, type(exc).__name__)
+    else:  # not expected: the traceback a 500 would have logged
+        logger.exception("Stripe refused a checkout for elicitation %s", elicitation_id)
+    return stripe_unavailable(
+        pages,
+        exc,
+        title="Payment page unavailable",
+        failed="Nothing was charged: Stripe could not start your checkout",
+    )
+
+
 async def _pay_attempts_exceeded(
     checks: PaymentChecks, session: AsyncSession, user_id: str, elicitation_id: str
 ) -> Response | None:
@@ -474,6 +489,8 @@ async def start_checkout(
     except stripe.IdempotencyError:
         # Two presses at once made the same request with different expiry times; the other one won.
         return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
+    except stripe.StripeError as exc:
+        return _stripe_failed(checks.pages, elicitation.id, exc)
 
     await _remember_checkout(
         sessions, found, elicitation.id, attempt, customer_id, checkout.id, plan_checkout=True
@@ -550,6 +567,8 @@ async def buy_credits(
         return _untrusted_redirect(checks.pages)
     except stripe.IdempotencyError:
         return RedirectResponse(f"/pay/{elicitation.id}", status_code=303)
+    except stripe.StripeError as exc:
+        return _stripe_failed(checks.pages, elicitation.id, exc)
 
     await _remember_checkout(
         sessions,

@@ -176,6 +176,9 @@ class DatabaseSettings(Section):
     )
     """How long `/readyz` keeps answering ready while a database it reached before does not answer; `0`:
     unready at once."""
+    readiness_cache_seconds: float = Field(default=1.0, ge=0, le=10, alias="readiness_cache_seconds")
+    """How long `/readyz` reuses its last check, so a flood of probes (the route is public) costs one
+    database check per this many seconds; probes arriving during a check share it. `0`: no reuse."""
 
 
 class ObservabilitySettings(Section):
@@ -387,7 +390,8 @@ class PaywallSettings(Section):
     """Presses of the pay button for one payment link in an hour; beyond them, 429."""
     page_audit_seconds: float = Field(default=60.0, ge=1, le=3600)
     """At most one audit row per user, payment link and kind (page opened, another account's link)
-    per this many seconds, on each replica; each row counts the events it stands for."""
+    per this many seconds, on each replica, and per user for refused billing portal presses; each
+    row counts the events it stands for."""
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
     """How often each replica looks for completion notices it still owes."""
 

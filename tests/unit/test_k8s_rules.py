@@ -70,6 +70,20 @@ def short_mcp_timeout(docs: Docs) -> None:
     one(docs, "HTTPRoute", "paid-mcp-service-mcp")["spec"]["rules"][0]["timeouts"]["request"] = "60s"
 
 
+def public_probes(docs: Docs) -> None:
+    rules = one(docs, "HTTPRoute", "paid-mcp-service")["spec"]["rules"]
+    rules[:] = [rule for rule in rules if rule.get("backendRefs")]
+
+
+def forwarded_readyz(docs: Docs) -> None:
+    rules = one(docs, "HTTPRoute", "paid-mcp-service")["spec"]["rules"]
+    rules.append({**rules[0], "matches": [{"path": {"type": "Exact", "value": "/readyz"}}]})
+
+
+def no_probe_responder(docs: Docs) -> None:
+    docs.remove(one(docs, "HTTPRouteFilter"))
+
+
 def secret_as_env(docs: Docs) -> None:
     ref = {"secretKeyRef": {"name": "paid-mcp-service-secrets", "key": "SECRET_KEY"}}
     server(docs)["env"] = [{"name": "SECRET_KEY", "valueFrom": ref}]
@@ -112,6 +126,10 @@ def test_the_rendered_overlay_keeps_the_rules(rendered: str, tmp_path: Path) -> 
         (hash_on_session_id, "/mcp must hash on Authorization only"),
         (drop_sticky_policy, "no BackendTrafficPolicy makes /mcp sticky"),
         (short_mcp_timeout, "/mcp needs timeouts.request >= 600s"),
+        (public_probes, "/readyz reaches the service through the Gateway"),
+        (public_probes, "/healthz reaches the service through the Gateway"),
+        (forwarded_readyz, "/readyz must not be forwarded to the service"),
+        (no_probe_responder, "HTTPRouteFilter paid-mcp-service-not-public is not rendered"),
         (secret_as_env, "secrets are files in SECRETS_DIR"),
         (writable_secrets, "the secrets mount must be readOnly"),
         (no_hook, "annotation argocd.argoproj.io/hook"),

@@ -23,14 +23,14 @@ async def test_readyz_fails_when_the_database_is_unreachable() -> None:
     assert ready.status_code == 503
     body = ready.json()
     assert body["ready"] is False
-    assert body["checks"]["database"].startswith("unreachable")
+    assert body["checks"] == {"database": "unreachable"}, "a state, not the error's text"
 
 
 async def test_readyz_fails_before_migrations(db_templates: DatabaseTemplates, tmp_path: Path) -> None:
     async with run_service(db_templates.empty_url(tmp_path)) as running, running.http() as http:
         ready = await http.get("/readyz")
     assert ready.status_code == 503
-    assert ready.json()["checks"]["migrations"].startswith("behind: at None")
+    assert ready.json()["checks"]["migrations"] == "behind"
 
 
 async def test_mcp_answers_401_with_a_dead_database() -> None:

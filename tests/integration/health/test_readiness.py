@@ -34,20 +34,19 @@ async def test_a_database_ahead_of_the_code_is_ready(
             first = await http.get("/readyz")
             second = await http.get("/readyz")
     assert first.status_code == second.status_code == 200
-    assert first.json()["checks"]["migrations"].startswith("ahead: at f00dfeedbeef")
+    assert first.json()["checks"]["migrations"] == "ahead"  # the revision is in the log only
     warnings = [record for record in caplog.records if "f00dfeedbeef" in record.getMessage()]
     assert len(warnings) == 1  # said once, not at every probe
 
 
-async def test_a_database_behind_the_code_is_not_ready(service: RunningService) -> None:
-    url = service.settings.database.url
-    older = sorted(known_revisions(url) - {head_revision(url)})[0]
-    async with service.http() as http:
+async def test_a_database_behind_the_code_is_not_ready(database_url: str) -> None:
+    older = sorted(known_revisions(database_url) - {head_revision(database_url)})[0]
+    async with run_service(database_url, readiness_cache_seconds=0) as service, service.http() as http:
         assert (await http.get("/readyz")).status_code == 200
         await stamp(service, older)
         answer = await http.get("/readyz")
     assert answer.status_code == 503
-    assert answer.json()["checks"]["migrations"].startswith(f"behind: at {older}")
+    assert answer.json()["checks"]["migrations"] == "behind"
 
 
 @pytest.mark.postgres
@@ -60,11 +59,11 @@ async def test_an_outage_makes_the_replica_unready_only_after_the_grace(
     async with tcp_proxy(url.host, url.port) as proxy:
         proxied = url.set(port=proxy.port).render_as_string(hide_password=False)
         async with (
-            run_service(proxied, readiness_outage_grace_seconds=grace) as running,
+            run_service(proxied, readiness_outage_grace_seconds=grace, readiness_cache_seconds=0) as running,
             running.http() as http,
         ):
             assert (await http.get("/readyz")).status_code == 200
             proxy.cut()
             during = await http.get("/readyz")
     assert during.status_code == status
-    assert "unreachable" in during.json()["checks"]["database"]
+    assert during.json()["checks"]["database"] == "unreachable"

@@ -11,6 +11,7 @@ from service.billing.models import StripeCustomer
 from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
+from tests.support.stripe_outage import OUTAGES, StripeOutage, service_with_stripe
 from tests.support.subscriptions import subscribe
 
 
@@ -101,3 +102,36 @@ async def test_a_portal_stripe_refuses_is_an_error_page(
     assert "Billing portal unavailable" in portal.text
     [warning] = [record for record in caplog.records if record.name == "service.billing.endpoints"]
     assert warning.levelno == logging.WARNING and "InvalidRequestError" in warning.getMessage()
+
+
+async def test_refused_portal_presses_write_a_bounded_number_of_audit_rows(database_url: str) -> None:
+    async with run_service(database_url, max_portal_sessions_per_user_per_hour=1) as service:
+        subscriber = await subscribe(service, "ivy")
+        async with service.http() as browser:
+            await log_in_through_form(browser, "/login", subscriber.username, DEFAULT_PASSWORD)
+            page = await browser.get("/billing")
+            token = csrf_token(page.text)
+            portals = [
+                (await browser.post("/billing", data={"csrf_token": token})).status_code for _ in range(30)
+            ]
+        assert portals == [303] + [429] * 29
+        # One row for the first refusal; the rest wait for PAGE_AUDIT_SECONDS to be counted.
+        [limited] = await service.rows(AuditEvent, kind="rate_limited")
+        assert '"count": 1' in limited.detail and '"what": "billing_portal"' in limited.detail
+
+
+@pytest.mark.parametrize("outage", OUTAGES)
+async def test_a_portal_stripe_throttles_or_cannot_reach_is_a_503_to_retry(
+    database_url: str, outage: StripeOutage
+) -> None:
+    async with service_with_stripe(database_url, outage) as service:
+        user = await service.add_user("jo")
+        async with service.runtime.sessions() as session, session.begin():
+            session.add(StripeCustomer(user_id=user.id, customer_id="cus_anyone"))
+        async with service.http() as browser:
+            await log_in_through_form(browser, "/login", "jo", DEFAULT_PASSWORD)
+            page = await browser.get("/billing")
+            portal = await browser.post("/billing", data={"csrf_token": csrf_token(page.text)})
+    assert portal.status_code == 503, portal.text
+    assert portal.headers["retry-after"] == "5"
+    assert "Billing portal unavailable" in portal.text and "try again in a moment" in portal.text

@@ -12,6 +12,7 @@ from mcp import MCPError, UrlElicitationRequiredError
 from sqlalchemy import event
 
 from service.audit.models import AuditEvent
+from service.billing.models import StripeCustomer
 from service.db.metadata import utcnow
 from service.identity.models import User
 from service.paywall.models import Elicitation, ElicitationDelivery
@@ -20,6 +21,7 @@ from tests.support.browserless import csrf_token, log_in_through_form
 from tests.support.mcp_clients import ClientProbe, probed_client
 from tests.support.payment import checkout_session_id, open_checkout, pay
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
+from tests.support.stripe_outage import OUTAGES, StripeOutage, service_with_stripe
 
 CHART_ARGS = {"values": [1, 2, 3]}
 
@@ -248,3 +250,36 @@ async def test_repeated_views_and_refusals_are_sampled_and_pay_presses_counted(
         assert '"count": 1' in page_opened.detail and '"count": 1' in mismatch.detail
         assert len(await service.rows(AuditEvent, kind="checkout_attempt")) == 3
         assert (await service.stripe.v1.checkout.sessions.list_async()).data == []
+
+
+@pytest.mark.parametrize("outage", OUTAGES)
+@pytest.mark.parametrize("button", ["", "/credits"])
+async def test_pay_buttons_answer_503_to_retry_when_stripe_throttles_or_cannot_be_reached(
+    database_url: str, outage: StripeOutage, button: str
+) -> None:
+    async with service_with_stripe(database_url, outage) as service:
+        path = urlsplit(await elicit(service, "kim")).path
+        pack = service.runtime.catalog.credit_packs()[0].id
+        async with service.http() as browser:
+            await log_in_through_form(browser, f"/login?next={path}", "kim", DEFAULT_PASSWORD)
+            page = await browser.get(path)
+            pressed = await browser.post(
+                f"{path}{button}", data={"csrf_token": csrf_token(page.text), "pack_id": pack}
+            )
+    assert pressed.status_code == 503, pressed.text
+    assert pressed.headers["retry-after"] == "5"
+    assert "Payment page unavailable" in pressed.text and "try again in a moment" in pressed.text
+
+
+async def test_pay_button_stripe_refuses_is_a_502_page(service: RunningService) -> None:
+    path = urlsplit(await elicit(service, "lin")).path
+    [user] = await service.rows(User, username="lin")
+    async with service.runtime.sessions() as session, session.begin():
+        session.add(StripeCustomer(user_id=user.id, customer_id="cus_doesnotexist"))
+    async with service.http() as browser:
+        await log_in_through_form(browser, f"/login?next={path}", "lin", DEFAULT_PASSWORD)
+        page = await browser.get(path)
+        pressed = await browser.post(path, data={"csrf_token": csrf_token(page.text)})
+    assert pressed.status_code == 502, pressed.text
+    assert "retry-after" not in pressed.headers
+    assert "Payment page unavailable" in pressed.text and "Nothing was charged" in pressed.text
