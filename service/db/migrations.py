@@ -7,7 +7,7 @@ from pathlib import Path
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from alembic import command
 from service.db.engine import ensure_sqlite_directory, sync_database_url
@@ -57,4 +57,9 @@ def known_revisions(database_url: str) -> set[str]:
 
 async def current_revision(engine: AsyncEngine) -> str | None:
     async with engine.connect() as connection:
-        return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+        return await revision_on(connection)
+
+
+async def revision_on(connection: AsyncConnection) -> str | None:
+    """The database's Alembic revision, read on a connection the caller already holds."""
+    return await connection.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())

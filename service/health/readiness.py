@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.db.migrations import revision_on
 
 logger = logging.getLogger(__name__)
 
@@ -106,9 +107,7 @@ class Readiness:
             # One connection (on SQLite one write lock) for both the ping and the revision.
             async with self._engine.connect() as connection:
                 await connection.execute(text("SELECT 1"))
-                revision = await connection.run_sync(
-                    lambda sync: MigrationContext.configure(sync).get_current_revision()
-                )
+                revision = await revision_on(connection)
         except Exception as exc:  # any failure to reach the database counts as an outage
             return self._outage(exc)
         self._reached_once = True
