@@ -49,15 +49,24 @@ def key_is_live(secret_key: str) -> bool:
     return secret_key.startswith(("sk_live_", "rk_live_"))
 
 
+class _AmbiguousTimestamp(Exception):
+    pass
+
+
 def _signed_at(signature: str) -> int | None:
-    for part in signature.split(","):
-        name, _, value = part.partition("=")
-        if name.strip() == "t":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+    """The header's timestamp; raises `_AmbiguousTimestamp` when it names more than one, since the
+    skew check and stripe-python might then read different ones."""
+    stamps = [
+        value
+        for name, _, value in (part.partition("=") for part in signature.split(","))
+        if name.strip() == "t"
+    ]
+    if len(stamps) > 1:
+        raise _AmbiguousTimestamp
+    try:
+        return int(stamps[0]) if stamps else None
+    except ValueError:
+        return None
 
 
 def verify_event(payload: bytes, signature: str | None, checks: WebhookChecks) -> StripeEventData:
@@ -66,7 +75,12 @@ def verify_event(payload: bytes, signature: str | None, checks: WebhookChecks) -
     if not signature.isascii():
         # Stripe's headers are ASCII; the SDK's str comparison would raise TypeError on anything else.
         raise WebhookRejected("bad_signature", "the Stripe-Signature header is not ASCII")
-    signed_at = _signed_at(signature)
+    try:
+        signed_at = _signed_at(signature)
+    except _AmbiguousTimestamp:
+        raise WebhookRejected(
+            "bad_signature", "the Stripe-Signature header has more than one timestamp"
+        ) from None
     if signed_at is not None and signed_at > time.time() + checks.future_skew_seconds:
         raise WebhookRejected("future_timestamp", "the signature's timestamp is in the future")
     try:

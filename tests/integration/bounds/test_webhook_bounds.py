@@ -72,6 +72,16 @@ async def test_a_signature_dated_beyond_the_future_skew_is_refused(service: Runn
     assert (status, answer) == (400, REFUSED)
     assert await service.rows(StripeEvent, id="evt_future") == []
     assert rejections(service, "future_timestamp") == 1
+
+
+async def test_a_signature_naming_two_timestamps_is_refused(service: RunningService) -> None:
+    # Signed for a week ahead, behind a second `t` the skew check used to read instead.
+    ahead = event_body("evt_two_stamps", "invoice.created", INVOICE)
+    genuine = signed(service, ahead, at=int(time.time()) + 7 * 24 * 3600)
+    status, answer = await post_webhook(service, ahead, f"t ={int(time.time())},{genuine}")
+    assert (status, answer) == (400, REFUSED)
+    assert await service.rows(StripeEvent, id="evt_two_stamps") == []
+    assert rejections(service, "bad_signature") == 1
     # A clock a little ahead of ours is still fine.
     near = event_body("evt_near_future", "invoice.created", INVOICE)
     status, _ = await post_webhook(service, near, signed(service, near, at=int(time.time()) + 60))
