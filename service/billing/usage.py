@@ -440,6 +440,12 @@ async def release_call(session: AsyncSession, user_id: str, usage_id: str) -> Fu
     if released is None:
         return None
     funding, subscription_id, period, spent_at = released
+    if funding == FUNDED_BY_CREDIT:
+        # A take-back holds the balance row until it commits; waiting for it first lets the check
+        # below (a statement of its own, so a fresh snapshot on PostgreSQL) see its reversal.
+        await session.exec(
+            select(CreditBalance.user_id).where(col(CreditBalance.user_id) == user_id).with_for_update()
+        )
     if funding == FUNDED_BY_CREDIT and await _reversed_since(session, user_id, spent_at):
         # A refund or dispute took the purchase back while the call ran, counting this credit as
         # spent: giving it back now would hand out a credit of a purchase taken back.

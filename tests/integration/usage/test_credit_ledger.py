@@ -15,6 +15,7 @@ from service.billing.usage import (
     grant_credits,
     ledger_sum,
     meet_credit_payment,
+    release_call,
     spend_credit,
     take_back_purchase,
 )
@@ -192,3 +193,24 @@ async def test_a_grant_racing_its_payment_reversal_waits_for_it_and_sees_it(post
         grant_of_pi_1 = asyncio.create_task(grant_paid(postgres, "pi_1"))
         await waiting_for_locks(postgres, 1)
     assert await grant_of_pi_1 == "refunded"
+
+
+async def test_a_give_back_racing_a_refund_waits_for_it_and_gives_nothing_back(postgres: Ledger) -> None:
+    await grant_paid(postgres, "pi_1")
+    async with postgres.sessions() as session, session.begin():
+        spent = await spend_credit(session, PaidCall(user_id=postgres.user_id, tool="t", call_key="call-1"))
+    assert spent.usage_id is not None
+    usage_id = spent.usage_id
+
+    async def give_back() -> str | None:
+        async with postgres.sessions() as session, session.begin():
+            return await release_call(session, postgres.user_id, usage_id)
+
+    # The refund is being applied, counting the running call's credit as spent, when the call fails.
+    async with postgres.sessions() as session, session.begin():
+        await meet_credit_payment(session, "pi_1", "refunded")
+        assert await take_back_purchase(session, "pi_1") == (postgres.user_id, 49)
+        giving_back = asyncio.create_task(give_back())
+        await waiting_for_locks(postgres, 1)
+    assert await giving_back == FUNDED_BY_CREDIT
+    assert await balance(postgres, postgres.user_id) == (0, 0), "no credit of the refunded purchase"
