@@ -118,13 +118,18 @@ async def _sampled(
     kind: AuditKind,
     user_id: str,
     elicitation_id: str,
+    *,
+    what: str | None = None,
     **detail: str | None,
 ) -> None:
-    """An audit row for the first such event of this user and link, then one per interval with
-    the number of events it stands for: a signed-in user can repeat these as often as they like."""
-    count = checks.audits.take((user_id, elicitation_id, kind))
-    if count is not None:
-        await record(session, kind, user_id=user_id, elicitation_id=elicitation_id, count=count, **detail)
+    """An audit row for the first such event of this user, link and `what`, then one per interval
+    with the number of events it stands for: a signed-in user can repeat these as often as they like."""
+    count = checks.audits.take((user_id, elicitation_id, kind, what))
+    if count is None:
+        return
+    if what is not None:
+        detail["what"] = what
+    await record(session, kind, user_id=user_id, elicitation_id=elicitation_id, count=count, **detail)
 
 
 async def _checked(
@@ -272,13 +277,11 @@ class CheckoutPlan:
 async def _checkouts_exceeded(
     checks: PaymentChecks, session: AsyncSession, user_id: str, elicitation_id: str
 ) -> Response | None:
-    """429 (and an audit row) once the user started `MAX_CHECKOUTS_PER_HOUR` checkouts of any kind."""
+    """429 (and a sampled audit row) once the user started `MAX_CHECKOUTS_PER_HOUR` checkouts of any kind."""
     checkouts = await count_recent(session, AuditKind.CHECKOUT_CREATED, user_id, CHECKOUT_WINDOW)
     if checkouts < checks.settings.paywall.max_checkouts_per_hour:
         return None
-    await record(
-        session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="checkout"
-    )
+    await _sampled(checks, session, AuditKind.RATE_LIMITED, user_id, elicitation_id, what="checkout")
     return _too_many(checks.pages, "started too many checkouts in the last hour", CHECKOUT_WINDOW)
 
 
@@ -332,9 +335,7 @@ async def _pay_attempts_exceeded(
         by_user >= settings.paywall.max_pay_attempts_per_user_per_hour
         or by_elicitation >= settings.paywall.max_pay_attempts_per_elicitation_per_hour
     ):
-        await record(
-            session, AuditKind.RATE_LIMITED, user_id=user_id, elicitation_id=elicitation_id, what="pay"
-        )
+        await _sampled(checks, session, AuditKind.RATE_LIMITED, user_id, elicitation_id, what="pay")
         return _too_many(
             checks.pages, "pressed the pay button too often in the last hour", PAY_ATTEMPT_WINDOW
         )

@@ -389,9 +389,9 @@ class PaywallSettings(Section):
     max_pay_attempts_per_elicitation_per_hour: int = Field(default=10, ge=1, le=10_000)
     """Presses of the pay button for one payment link in an hour; beyond them, 429."""
     page_audit_seconds: float = Field(default=60.0, ge=1, le=3600)
-    """At most one audit row per user, payment link and kind (page opened, another account's link)
-    per this many seconds, on each replica, and per user for refused billing portal presses; each
-    row counts the events it stands for."""
+    """At most one audit row per user, payment link and kind (page opened, another account's link,
+    refused pay presses) per this many seconds, on each replica, and per user for refused billing
+    portal presses; each row counts the events it stands for."""
     completion_sweep_seconds: float = Field(default=5.0, ge=0)
     """How often each replica looks for completion notices it still owes."""
 

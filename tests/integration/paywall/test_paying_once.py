@@ -6,6 +6,7 @@ sandbox's own request log: what reached "Stripe", not what our code meant to do.
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlsplit
 
 import httpx
@@ -92,8 +93,9 @@ async def test_a_flood_of_pay_presses_is_refused_before_stripe(database_url: str
         assert refused[0].headers["retry-after"] == "3600"
         assert len(service.sandbox.request_log) == stripe_calls, "no Stripe call for a refused press"
         assert len(await checkout_sessions(service)) == 1
-        limited = await service.rows(AuditEvent, kind="rate_limited")
-        assert len(limited) == 20
+        # Sampled: a signed-in user can press a refused button as often as they like.
+        [limited] = await service.rows(AuditEvent, kind="rate_limited")
+        assert json.loads(limited.detail) == {"what": "pay", "count": 1}
 
 
 async def test_presses_are_also_limited_per_user_across_elicitations(database_url: str) -> None:
