@@ -32,6 +32,7 @@ from .errors import (
     unsupported_version,
 )
 from .forms import Params, parse_body, parse_query
+from .idempotency import IdempotencyKeys, SavedAnswer
 from .ids import new_id
 from .objects import list_envelope
 from .params_allowed import ALLOWED
@@ -58,13 +59,6 @@ class Call:
 
 
 Handler = Callable[[Call], Obj]
-
-
-@dataclass
-class _Cached:
-    fingerprint: str
-    status: int
-    body: bytes
 
 
 def _json(status: int, body: Obj, headers: dict[str, str]) -> Response:
@@ -121,7 +115,7 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
     headers = {"Request-Id": request_id, "Stripe-Version": API_VERSION}
     key: str | None = None
     idempotency_key: str | None = None
-    cache: dict[tuple[str, str], _Cached] = request.app.state.idempotency
+    saved: IdempotencyKeys = request.app.state.idempotency
     fingerprint = ""
     try:
         key = authenticated(request, sandbox, secret_key_known(sandbox))
@@ -134,7 +128,7 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
         ).hexdigest()
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-            cached = cache.get((key, idempotency_key))
+            cached = saved.get(key, idempotency_key, sandbox.now())
             if cached is not None:
                 if cached.fingerprint != fingerprint:
                     raise idempotency_mismatch(idempotency_key)
@@ -166,7 +160,7 @@ async def handle(request: Request, handler: Handler, route: str = "") -> Respons
         if error.status == 401 or error.type == "idempotency_error":
             return Response(payload, status_code=status, media_type="application/json", headers=headers)
     if idempotency_key and key is not None:
-        cache[(key, idempotency_key)] = _Cached(fingerprint, status, payload)
+        saved.save(key, idempotency_key, SavedAnswer(fingerprint, status, payload, sandbox.now()))
     return Response(payload, status_code=status, media_type="application/json", headers=headers)
 
 

@@ -34,6 +34,7 @@ from . import (
 from .api import Call, Handler, handle
 from .config import SandboxConfig
 from .errors import unrecognized_url
+from .idempotency import IdempotencyKeys
 from .sandbox import Sandbox
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -175,5 +176,5 @@ def create_sandbox_app(config: SandboxConfig) -> Starlette:
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.sandbox = sandbox
-    app.state.idempotency = {}
+    app.state.idempotency = IdempotencyKeys()
     return app

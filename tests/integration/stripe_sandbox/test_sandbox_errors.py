@@ -6,6 +6,7 @@ import pytest
 import stripe
 
 from stripe_sandbox.forms import parse_pairs
+from stripe_sandbox.idempotency import IdempotencyKeys, SavedAnswer
 from tests.support.stripe_objects import error_json
 
 from .conftest import Env, catalog, stripe_client
@@ -83,6 +84,27 @@ async def test_idempotency_replays_same_request_and_rejects_a_different_one(env:
     for _ in range(2):
         with pytest.raises(stripe.InvalidRequestError):
             await env.client.v1.prices.create_async(params={"currency": "usd", "unit_amount": 1}, options=bad)
+
+
+async def test_an_idempotency_key_is_forgotten_after_24_hours(env: Env) -> None:
+    options: stripe.RequestOptions = {"idempotency_key": "create-cy-1"}
+    first = await env.client.v1.customers.create_async(params={"email": "cy@example.com"}, options=options)
+    await env.advance(24 * 3600 - 60)
+    with pytest.raises(stripe.IdempotencyError):
+        await env.client.v1.customers.create_async(params={"email": "di@example.com"}, options=options)
+    await env.advance(60)
+    other = await env.client.v1.customers.create_async(params={"email": "di@example.com"}, options=options)
+    assert other.id != first.id
+    assert other.last_response is not None and "Idempotent-Replayed" not in other.last_response.headers
+
+
+def test_the_sandbox_keeps_a_bounded_number_of_idempotency_keys() -> None:
+    keys = IdempotencyKeys(max_keys=3)
+    for number in range(5):
+        keys.save("sk_test", f"key-{number}", SavedAnswer("f", 200, b"{}", saved_at=0))
+    assert len(keys) == 3
+    assert keys.get("sk_test", "key-1", now=0) is None, "the oldest are dropped first"
+    assert keys.get("sk_test", "key-4", now=0) is not None
 
 
 async def test_card_error_from_test_helper_payment(env: Env) -> None:
