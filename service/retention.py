@@ -1,10 +1,10 @@
 """Retention: deletes rows the service no longer needs, in bounded batches, under a lease.
 
 Audit rows and stored Stripe events after their retention periods; browser sessions,
-authorization codes, tokens and elicitations some days after they expired (a token without an
-expiry, a personal access token, once that long has passed since it was revoked); consumed OIDC
-sign-in states an hour after their login cookie expired. Each batch is
-its own short transaction of at most `batch_rows` rows per table, so the job never holds locks
+authorization codes (redeemed ones, kept as tombstones, too), tokens and elicitations some days
+after they expired (a token without an expiry, a personal access token, once that long has passed
+since it was revoked); consumed OIDC sign-in states an hour after their login cookie expired. Each
+batch is its own short transaction of at most `batch_rows` rows per table, so the job never holds locks
 for long, and every replica may run it: the lease lets one do the work.
 """
 

@@ -54,6 +54,9 @@ class OAuthConsent(SQLModel, table=True):
 
 
 class AuthorizationCode(SQLModel, table=True):
+    """A code minted on consent. Redeeming it leaves the row as a tombstone (`redeemed_at` and the
+    `grant_id` it started) until retention prunes it, so a replay can revoke that grant."""
+
     __tablename__ = "oauth_authorization_code"
 
     code_hash: str = Field(primary_key=True, max_length=64)
@@ -66,6 +69,8 @@ class AuthorizationCode(SQLModel, table=True):
     resource: str | None = Field(default=None, sa_type=Text)
     expires_at: datetime = Field(sa_column=_utc_column())
     created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column())
+    redeemed_at: datetime | None = Field(default=None, sa_column=_utc_column(nullable=True))
+    grant_id: str | None = Field(default=None, max_length=40)
 
 
 class Token(SQLModel, table=True):

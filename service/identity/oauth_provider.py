@@ -30,7 +30,7 @@ from mcp.server.auth.provider import (
 from mcp.server.auth.settings import ClientRegistrationOptions
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
-from sqlalchemy import delete, update
+from sqlalchemy import update
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -278,7 +278,13 @@ class DatabaseOAuthProvider:
     ) -> StoredAuthorizationCode | None:
         async with self._sessions() as session:
             row = await session.get(AuthorizationCode, digest(authorization_code))
-        if row is None or row.client_id != client.client_id:
+        if row is None:
+            return None
+        if row.grant_id is not None:
+            # A redeemed code presented again means it leaked: end the grant its redemption started.
+            await self._revoke_grant(row.grant_id)
+            return None
+        if row.client_id != client.client_id:
             return None
         return StoredAuthorizationCode(
             code=authorization_code,
@@ -297,24 +303,39 @@ class DatabaseOAuthProvider:
         self, client: OAuthClientInformationFull, authorization_code: StoredAuthorizationCode
     ) -> OAuthToken:
         assert client.client_id is not None
+        code_hash = digest(authorization_code.code)
+        grant_id = new_id("grt")
         async with self._sessions() as session, session.begin():
-            # One DELETE decides which of several concurrent exchanges of a code wins.
-            consumed = await session.exec(
-                delete(AuthorizationCode).where(
-                    col(AuthorizationCode.code_hash) == digest(authorization_code.code),
+            # One conditional UPDATE decides which of several concurrent exchanges of a code wins;
+            # the row stays as a tombstone naming the grant, so a later replay can revoke it.
+            redeemed = await session.exec(
+                update(AuthorizationCode)
+                .where(
+                    col(AuthorizationCode.code_hash) == code_hash,
                     col(AuthorizationCode.client_id) == client.client_id,
+                    col(AuthorizationCode.grant_id).is_(None),
                 )
+                .values(redeemed_at=utcnow(), grant_id=grant_id)
             )
-            if consumed.rowcount != 1:
-                raise TokenError("invalid_grant", "authorization code already used")
-            return await self._issue_pair(
-                session,
-                client_id=client.client_id,
-                user_id=authorization_code.user_id,
-                grant_id=new_id("grt"),
-                scopes=authorization_code.scopes,
-                resource=authorization_code.resource,
+            if redeemed.rowcount == 1:
+                return await self._issue_pair(
+                    session,
+                    client_id=client.client_id,
+                    user_id=authorization_code.user_id,
+                    grant_id=grant_id,
+                    scopes=authorization_code.scopes,
+                    resource=authorization_code.resource,
+                )
+            # The UPDATE waited for the winner's commit (a row lock, or SQLite's write lock), so
+            # its grant is visible here.
+            winner = await session.exec(
+                select(AuthorizationCode.grant_id).where(col(AuthorizationCode.code_hash) == code_hash)
             )
+            replayed_grant = winner.first()
+        # Another request redeemed it first: the same code used twice, so treat it as leaked.
+        if replayed_grant is not None:
+            await self._revoke_grant(replayed_grant)
+        raise TokenError("invalid_grant", "authorization code was already used; the grant is revoked")
 
     # -- refresh ---------------------------------------------------------------------------
 

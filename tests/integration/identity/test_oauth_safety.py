@@ -309,8 +309,12 @@ async def test_parallel_exchanges_and_refreshes_succeed_once(pg_url: str) -> Non
             assert sorted(response.status_code for response in exchanges) == [200, 400, 400, 400, 400]
             grants = {token.grant_id for token in await service.rows(Token, client_id=client_id)}
             assert len(grants) == 1
+            # The losers presented a code already redeemed, so the winner's grant is revoked.
+            (won,) = (response.json() for response in exchanges if response.status_code == 200)
+            assert await whoami_status(service, won["access_token"]) == 401
 
-            (tokens,) = (response.json() for response in exchanges if response.status_code == 200)
+        async with service.http() as http:  # a fresh browser, signed out, for a fresh grant
+            client_id, tokens = await authorized_tokens(service, http, "racer")
             refreshes = await asyncio.gather(
                 *(refresh_with(http, client_id, tokens["refresh_token"]) for _ in range(5))
             )
@@ -359,6 +363,22 @@ async def test_replaying_a_rotated_refresh_token_ends_the_grant_on_every_replica
         assert await whoami_status(a, second["access_token"]) == 401
         async with a.http() as http:
             assert (await refresh_with(http, client_id, second["refresh_token"])).status_code == 400
+
+
+async def test_replaying_a_redeemed_code_ends_the_grant_on_every_replica(pg_url: str) -> None:
+    async with two_replicas(pg_url) as (a, b):
+        await a.add_user("replayed")
+        async with a.http() as http:
+            client_id, code, verifier = await signed_in_code(a, http, "replayed")
+            exchanged = await exchange_code(http, client_id, code, verifier)
+            assert exchanged.status_code == 200, exchanged.text
+            tokens = exchanged.json()
+            assert await whoami_status(b, tokens["access_token"]) == 200  # now in B's cache
+            replayed = await exchange_code(http, client_id, code, verifier)
+            assert replayed.status_code == 400
+        assert await refused_within_deadline(b, tokens["access_token"])
+        async with b.http() as http:
+            assert (await refresh_with(http, client_id, tokens["refresh_token"])).status_code == 400
 
 
 async def test_consent_page_sends_a_signed_out_browser_to_sign_in(service: RunningService) -> None:
