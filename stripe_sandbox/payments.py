@@ -312,6 +312,7 @@ def open_dispute(sandbox: Sandbox, charge: Obj, reason: str) -> Obj:
     sandbox.store.put(dispute)
     charge["disputed"] = True
     sandbox.emit("charge.dispute.created", dispute)
+    sandbox.emit("charge.dispute.funds_withdrawn", dispute)
     return dispute
 
 
@@ -339,6 +340,8 @@ def update_dispute(sandbox: Sandbox, dispute: Obj, evidence: dict[str, str], sub
 
 
 def close_dispute(sandbox: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
+    """Decide the dispute; as on Stripe, the charge stays `disputed` whatever the outcome, and a won
+    one gives the funds back (`charge.dispute.funds_reinstated`) as well as closing."""
     if dispute["status"] in ("won", "lost"):
         raise invalid_request(f"This dispute is already closed ({dispute['status']}).")
     dispute["status"] = status
@@ -356,4 +359,6 @@ def close_dispute(sandbox: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
             sandbox.snapshot(sandbox.get("balance_transaction", reinstated))
         )
     sandbox.emit("charge.dispute.closed", dispute)
+    if status == "won":
+        sandbox.emit("charge.dispute.funds_reinstated", dispute)
     return dispute

@@ -32,6 +32,9 @@ from service.billing.stripe_reads import StripeReads
 StripeData = Mapping[str, Any] | stripe.StripeObject
 # How a payment was taken back, when it was: its charge refunded in full, or disputed.
 PaymentReversal = Literal["refunded", "disputed"]
+# Dispute statuses after which the merchant keeps the payment: `charge.disputed` stays true on
+# the charge, so only the dispute's own status tells a won dispute from an open or lost one.
+PAYMENT_STANDS_DISPUTE_STATUSES = frozenset({"won", "warning_closed"})
 
 
 class PriceNotFound(Exception):
@@ -502,11 +505,31 @@ class StripeGateway:
         """'disputed' or 'refunded' when a one-time payment's charge was taken back, else None."""
         page = await self._read("list_charges", "/v1/charges", payment_intent=payment_intent_id)
         for charge in field_of(page, "data") or []:
-            if field_of(charge, "disputed"):
-                return "disputed"
-            if field_of(charge, "refunded"):
-                return "refunded"
+            reversal = await self._charge_reversal(charge)
+            if reversal is not None:
+                return reversal
         return None
+
+    async def _charge_reversal(self, charge: StripeData) -> PaymentReversal | None:
+        """'disputed' while a dispute of the charge is open or lost, else 'refunded' when refunded in
+        full, else None."""
+        if field_of(charge, "disputed") and await self._dispute_takes_payment(charge):
+            return "disputed"
+        if field_of(charge, "refunded"):
+            return "refunded"
+        return None
+
+    async def _dispute_takes_payment(self, charge: StripeData) -> bool:
+        """Whether a dispute of this (disputed) charge is not won: read only for disputed charges."""
+        charge_id = id_of(charge)
+        if charge_id is None:
+            return True
+        page = await self._read("list_disputes", "/v1/disputes", charge=charge_id, limit=10)
+        disputes = list(field_of(page, "data") or [])
+        # No dispute listed for a charge Stripe says is disputed: trust the charge.
+        return not disputes or any(
+            field_of(dispute, "status") not in PAYMENT_STANDS_DISPUTE_STATUSES for dispute in disputes
+        )
 
     async def _invoice_payments(self, invoice_id: str) -> list[StripeData]:
         page = await self._read("list_invoice_payments", "/v1/invoice_payments", invoice=invoice_id, limit=10)
@@ -528,10 +551,9 @@ class StripeGateway:
                 page = await self._read("list_charges", "/v1/charges", payment_intent=payment_intent_id)
                 charges = list(field_of(page, "data") or [])
             for charge in charges:
-                if field_of(charge, "disputed"):
-                    return "disputed"
-                if field_of(charge, "refunded"):
-                    return "refunded"
+                reversal = await self._charge_reversal(charge)
+                if reversal is not None:
+                    return reversal
         return None
 
     async def list_subscriptions(self, customer_id: str) -> list[StripeData]:

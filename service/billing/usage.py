@@ -39,9 +39,11 @@ Funding = Literal["included", "metered", "credit"]
 FUNDED_BY_PLAN: Final[Funding] = "included"
 FUNDED_BY_METER: Final[Funding] = "metered"
 FUNDED_BY_CREDIT: Final[Funding] = "credit"
+# What `credit_payment` records for a payment whose dispute was won: what it took is given back.
+REINSTATED: Final = "reinstated"
 # Why the credit ledger moved: a pack bought (+), a call paid (-) or given back when it did not
-# complete (+), a purchase taken back (-).
-CreditReason = Literal["purchase", "spend", "reversal"]
+# complete (+), a purchase taken back (-), what a dispute took given back when it was won (+).
+CreditReason = Literal["purchase", "spend", "reversal", "reinstatement"]
 
 
 @dataclass(frozen=True)
@@ -191,14 +193,24 @@ async def meet_credit_payment(
     """Write the payment's `credit_payment` row, recording `reversal` (a refund or dispute) unless
     one is recorded already; the row's reversal afterwards. Its grant (no reversal) and its reversal
     both write this row before anything else, so whichever comes second waits for the first to
-    commit and then sees what it wrote: a reversal sees the purchase, a grant the reversal."""
+    commit and then sees what it wrote: a reversal sees the purchase, a grant the reversal.
+
+    A full refund is final and replaces what is recorded; a won dispute ('reinstated') replaces
+    anything but a refund, so a dispute's reversal applied after the win takes nothing."""
     table = _table(CreditPayment)
     insert = upsert_into(session, CreditPayment).values(
         payment_intent_id=payment_intent_id, reversal=reversal, created_at=utcnow()
     )
+    recorded, new = table.c.reversal, insert.excluded.reversal
     statement = insert.on_conflict_do_update(
         index_elements=["payment_intent_id"],
-        set_={"reversal": func.coalesce(table.c.reversal, insert.excluded.reversal)},
+        set_={
+            "reversal": case(
+                (new == "refunded", new),
+                (and_(new == REINSTATED, or_(recorded.is_(None), recorded != "refunded")), new),
+                else_=func.coalesce(recorded, new),
+            )
+        },
     ).returning(table.c.reversal)
     row = (await session.exec(statement)).one()
     return str(row[0]) if row[0] is not None else None
@@ -221,6 +233,10 @@ async def take_back_purchase(session: AsyncSession, payment_intent_id: str) -> t
     purchase = (await session.exec(purchase_paid_by(payment_intent_id))).first()
     if purchase is None or purchase.id is None:
         return None
+    # A refund after a won dispute's reinstatement takes back again, under a source of its own.
+    source = f"reversal:{payment_intent_id}"
+    if (await session.exec(_entry_of(f"reinstatement:{payment_intent_id}"))).first() is not None:
+        source = f"reversal:{payment_intent_id}:after-reinstatement"
     # The balance row's lock first: spends and take-backs of this user wait, and the ledger read
     # below (a new statement, so a new snapshot on PostgreSQL) sees every one that committed.
     balance = await session.get(CreditBalance, purchase.user_id, with_for_update=True)
@@ -233,7 +249,7 @@ async def take_back_purchase(session: AsyncSession, payment_intent_id: str) -> t
         purchase.user_id,
         -unspent,
         "reversal",
-        f"reversal:{payment_intent_id}",
+        source,
         pack_id=purchase.pack_id,
         payment_intent_id=payment_intent_id,
     )
@@ -245,6 +261,44 @@ async def take_back_purchase(session: AsyncSession, payment_intent_id: str) -> t
         session.add(balance)
         await session.flush()
     return purchase.user_id, unspent
+
+
+async def reinstate_purchase(session: AsyncSession, payment_intent_id: str) -> tuple[str, int] | None:
+    """After a dispute of a credit purchase was won: give back what its reversal took, once.
+
+    The payment is recorded as reinstated first, so a grant still to come keeps its credits and a
+    reversal of the dispute applied later takes nothing. Returns (user, credits given back), or
+    None when a refund took the payment back, nothing was taken, or it was given back before.
+    """
+    if await meet_credit_payment(session, payment_intent_id, REINSTATED) != REINSTATED:
+        return None
+    taken = (await session.exec(_entry_of(f"reversal:{payment_intent_id}"))).first()
+    if taken is None:
+        return None
+    # The balance row's lock first, as a take-back does: spends of this user wait.
+    balance = await session.get(CreditBalance, taken.user_id, with_for_update=True)
+    entry = await _append(
+        session,
+        taken.user_id,
+        -taken.delta,
+        "reinstatement",
+        f"reinstatement:{payment_intent_id}",
+        pack_id=taken.pack_id,
+        payment_intent_id=payment_intent_id,
+    )
+    if entry is None:
+        return None
+    if balance is not None and taken.delta:
+        balance.balance -= taken.delta
+        balance.updated_at = utcnow()
+        session.add(balance)
+        await session.flush()
+    return taken.user_id, -taken.delta
+
+
+def _entry_of(source: str) -> SelectOfScalar[CreditEntry]:
+    """The ledger entry written under `source` (unique), if any."""
+    return select(CreditEntry).where(col(CreditEntry.source) == source)
 
 
 async def _unspent_of(session: AsyncSession, user_id: str, purchase_id: int, credits: int) -> int:
@@ -260,7 +314,10 @@ async def _unspent_of(session: AsyncSession, user_id: str, purchase_id: int, cre
     )
     earlier = or_(
         and_(col(entry.reason) == "purchase", col(entry.id) < purchase_id),
-        and_(col(entry.reason) == "reversal", col(entry.payment_intent_id).in_(earlier_payments)),
+        and_(
+            col(entry.reason).in_(("reversal", "reinstatement")),
+            col(entry.payment_intent_id).in_(earlier_payments),
+        ),
     )
     totals = await session.exec(
         select(

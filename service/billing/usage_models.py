@@ -82,8 +82,9 @@ class CreditBalance(SQLModel, table=True):
 
 
 class CreditEntry(SQLModel, table=True):
-    """The append-only credit ledger: purchases (+), spends (-), reversals (-). `source` is unique,
-    so a webhook delivered twice or a retried call cannot add or take a credit twice."""
+    """The append-only credit ledger: purchases (+), spends (-), reversals (-), reinstatements (+).
+    `source` is unique, so a webhook delivered twice or a retried call cannot add or take a credit
+    twice."""
 
     __tablename__ = "credit_entry"
     __table_args__ = (
@@ -99,7 +100,7 @@ class CreditEntry(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", max_length=40, index=True)
     delta: int
-    reason: str = Field(max_length=16)  # purchase | spend | reversal
+    reason: str = Field(max_length=16)  # purchase | spend | reversal | reinstatement
     source: str = Field(max_length=300, unique=True)
     pack_id: str | None = Field(default=None, max_length=64)
     payment_intent_id: str | None = Field(default=None, max_length=255)
@@ -115,5 +116,5 @@ class CreditPayment(SQLModel, table=True):
     __tablename__ = "credit_payment"
 
     payment_intent_id: str = Field(primary_key=True, max_length=255)
-    reversal: str | None = Field(default=None, max_length=16)  # None | refunded | disputed
+    reversal: str | None = Field(default=None, max_length=16)  # None | refunded | disputed | reinstated
     created_at: datetime = Field(default_factory=utcnow, sa_column=utc_column())

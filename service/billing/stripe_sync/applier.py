@@ -32,11 +32,13 @@ from service.billing.subscriptions import (
     user_for_customer,
 )
 from service.billing.usage import (
+    REINSTATED,
     entitling_subscription,
     grant_credits,
     included_used,
     meet_credit_payment,
     purchase_paid_by,
+    reinstate_purchase,
     take_back_purchase,
 )
 from service.db.metadata import utcnow
@@ -230,8 +232,12 @@ class StripeStateApplier(Generic[Request]):
     ) -> Outcome | None:
         """Take back the unspent credits of a refunded or disputed credit purchase; None when they
         were taken back already. A payment with no purchase yet (its checkout still being applied,
-        or its webhook lost) keeps the reversal, and its grant takes the credits straight back."""
-        await meet_credit_payment(session, payment_intent_id, reversal)
+        or its webhook lost) keeps the reversal, and its grant takes the credits straight back. A
+        dispute of a payment whose dispute was won already (read from Stripe before the win) takes
+        nothing."""
+        recorded = await meet_credit_payment(session, payment_intent_id, reversal)
+        if reversal == "disputed" and recorded == REINSTATED:
+            return None
         taken = await take_back_purchase(session, payment_intent_id)
         if taken is None:
             if (await session.exec(purchase_paid_by(payment_intent_id))).first() is None:
@@ -244,6 +250,25 @@ class StripeStateApplier(Generic[Request]):
             user_id=user_id,
             status=f"credit purchase {reversal}",
             credits_taken_back=credits,
+            source=source,
+        )
+        return Outcome(changes=[EntitlementChanged(user_id, (), ())])
+
+    async def credit_reinstatement(
+        self, session: AsyncSession, payment_intent_id: str, source: str
+    ) -> Outcome | None:
+        """Give back what a dispute of a credit purchase took, the dispute being won; None when
+        nothing was taken, a refund took the payment back, or it was given back before."""
+        given = await reinstate_purchase(session, payment_intent_id)
+        if given is None:
+            return None
+        user_id, credits = given
+        await record(
+            session,
+            AuditKind.ENTITLEMENT_CHANGED,
+            user_id=user_id,
+            status="credit purchase reinstated",
+            credits_given_back=credits,
             source=source,
         )
         return Outcome(changes=[EntitlementChanged(user_id, (), ())])

@@ -46,10 +46,15 @@ SUBSCRIPTION_EVENTS = frozenset(
 )
 INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
 CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
+# A dispute decided (closed won or lost) or its funds given back (won): whether the payment stands
+# is read from Stripe, since the charge stays `disputed` after a win.
+DISPUTES_CLOSED = frozenset({"charge.dispute.closed", "charge.dispute.funds_reinstated"})
+DISPUTE_EVENTS = DISPUTES_CLOSED | {"charge.dispute.created"}
+PAYMENT_EVENTS = CHARGE_REVERSALS | DISPUTES_CLOSED
 CHECKOUT_EXPIRED = "checkout.session.expired"
 # What a Stripe webhook endpoint must send (docs/stripe.md lists them; a test keeps the two equal).
 HANDLED_EVENT_TYPES = (
-    CHECKOUT_COMPLETED | SUBSCRIPTION_EVENTS | INVOICE_EVENTS | CHARGE_REVERSALS | {CHECKOUT_EXPIRED}
+    CHECKOUT_COMPLETED | SUBSCRIPTION_EVENTS | INVOICE_EVENTS | PAYMENT_EVENTS | {CHECKOUT_EXPIRED}
 )
 
 
@@ -244,9 +249,14 @@ class WebhookProcessor:
                 return FreshSubscription(await self._subscription_reads.read(subscription_id), KEEP)
         elif event.type in INVOICE_EVENTS:
             subscription_id = subscription_of_invoice(obj)
-        elif event.type in CHARGE_REVERSALS:
-            target = await self._gateway.payment_target(id_of(field_of(obj, "payment_intent")))
+        elif event.type in PAYMENT_EVENTS:
+            payment_intent_id = id_of(field_of(obj, "payment_intent"))
+            target = await self._gateway.payment_target(payment_intent_id)
             subscription_id = target.subscription_id if target else None
+            if subscription_id is None and event.type in DISPUTE_EVENTS and payment_intent_id is not None:
+                # A one-time payment (a credit pack's): whether its dispute is open, lost or won.
+                reversal = await self._gateway.payment_reversal(payment_intent_id)
+                return FreshPayment(payment_intent_id, reversal)
         if subscription_id is None:
             return None
         subscription = await self._subscription_reads.read(subscription_id)
@@ -259,8 +269,12 @@ class WebhookProcessor:
                 return await applier.checkout_completed(
                     session, obj, fresh, observed_at=event.created, source=source
                 )
+            if event.type in DISPUTES_CLOSED and not isinstance(fresh, FreshSubscription):
+                return await self._dispute_closed(session, fresh, source)
             if event.type in CHARGE_REVERSALS and not isinstance(fresh, FreshSubscription):
                 payment_intent_id = id_of(field_of(obj, "payment_intent"))
+                if isinstance(fresh, FreshPayment) and fresh.reversal is None:
+                    raise EventIgnored("Stripe says the payment stands: its dispute was won")
                 reversal: PaymentReversal = (
                     "disputed" if event.type == "charge.dispute.created" else "refunded"
                 )
@@ -275,7 +289,7 @@ class WebhookProcessor:
             if (
                 event.type in SUBSCRIPTION_EVENTS
                 or event.type in INVOICE_EVENTS
-                or event.type in CHARGE_REVERSALS
+                or event.type in PAYMENT_EVENTS
             ):
                 if not isinstance(fresh, FreshSubscription):
                     raise EventIgnored("the event is not about a subscription")
@@ -292,3 +306,14 @@ class WebhookProcessor:
             logger.warning("stripe event %s (%s) ignored: %s", event.id, event.type, exc)
             return Outcome(status="ignored", detail=str(exc))
         return Outcome(status="ignored", detail="event type not handled")
+
+    async def _dispute_closed(self, session: AsyncSession, fresh: Fresh, source: str) -> Outcome:
+        """A credit pack's dispute decided: a won one gives back what its dispute took, once."""
+        if not isinstance(fresh, FreshPayment) or fresh.payment_intent_id is None:
+            raise EventIgnored("the dispute names no payment")
+        if fresh.reversal is not None:
+            raise EventIgnored(f"the payment stays taken back ({fresh.reversal})")
+        given = await self._applier.credit_reinstatement(session, fresh.payment_intent_id, source)
+        if given is None:
+            raise EventIgnored("nothing of this payment's credit purchase is taken back to give")
+        return given

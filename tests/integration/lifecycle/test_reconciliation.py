@@ -154,6 +154,31 @@ async def test_reconciliation_revokes_what_a_missed_cancellation_left(
     assert not await can_use_paid_tool(service, token)
 
 
+async def test_reconciliation_gives_access_back_after_a_won_dispute(
+    silent_stripe_service: RunningService,
+) -> None:
+    service = silent_stripe_service
+    await service.add_user("ora")
+    token = (await service.personal_token("ora")).secret
+    url = await paid_tool_url(service, token)
+    assert url is not None
+    await pay(service, url, "ora")
+    await service.runtime.reconciler.run()
+    [subscription] = await service.rows(Subscription)
+    charges = await service.stripe.v1.charges.list_async(params={"customer": subscription.customer_id})
+    [charge] = charges.data
+    await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge.id}/dispute")
+    await service.runtime.reconciler.run()
+    assert not await can_use_paid_tool(service, token)
+
+    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge.id})).data
+    await service.stripe.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": "winning_evidence"}, "submit": True}
+    )
+    await service.runtime.reconciler.run()
+    assert await can_use_paid_tool(service, token), "the vendor kept the payment"
+
+
 async def cli(service: RunningService, *args: str) -> tuple[int, str, str]:
     env = {
         "DATABASE_URL": service.settings.database.url,

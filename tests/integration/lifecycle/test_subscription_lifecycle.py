@@ -143,6 +143,48 @@ async def test_dispute_revokes(service: RunningService) -> None:
     assert not await can_use_paid_tool(service, subscriber.token)
 
 
+async def decide_dispute(service: RunningService, charge: str, evidence: str) -> None:
+    """Answer the charge's dispute with test-mode evidence that decides it at once (Stripe's
+    `winning_evidence` / `losing_evidence`), and deliver what that emits."""
+    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge})).data
+    await service.stripe.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": evidence}, "submit": True}
+    )
+    await service.sandbox.deliver_pending(within=15)
+
+
+async def test_a_won_dispute_gives_access_back_for_good(service: RunningService) -> None:
+    subscriber = await subscribe(service, "won")
+    charge = await latest_charge(service, subscriber.customer_id)
+    await service.stripe.raw_request_async(
+        "post", f"/v1/test_helpers/charges/{charge}/dispute", reason="fraudulent"
+    )
+    await service.sandbox.deliver_pending(within=15)
+    assert not await can_use_paid_tool(service, subscriber.token)
+
+    await decide_dispute(service, charge, "winning_evidence")
+    assert (await service.stripe.v1.charges.retrieve_async(charge)).disputed, "as on Stripe"
+    assert (await subscription_row(service, subscriber.subscription_id)).access_revoked_reason is None
+    assert await can_use_paid_tool(service, subscriber.token)
+    # A later event about the subscription reads its payment again: a won dispute stays won.
+    await service.stripe.v1.subscriptions.update_async(
+        subscriber.subscription_id, params={"metadata": {"note": "after the dispute"}}
+    )
+    await service.sandbox.deliver_pending(within=15)
+    assert (await subscription_row(service, subscriber.subscription_id)).access_revoked_reason is None
+    assert await can_use_paid_tool(service, subscriber.token)
+
+
+async def test_a_lost_dispute_keeps_access_revoked(service: RunningService) -> None:
+    subscriber = await subscribe(service, "los")
+    charge = await latest_charge(service, subscriber.customer_id)
+    await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge}/dispute")
+    await service.sandbox.deliver_pending(within=15)
+    await decide_dispute(service, charge, "losing_evidence")
+    assert (await subscription_row(service, subscriber.subscription_id)).access_revoked_reason == "disputed"
+    assert not await can_use_paid_tool(service, subscriber.token)
+
+
 async def post_signed(service: RunningService, event: dict[str, object]) -> int:
     body = json.dumps(event, default=str).encode()
     signature = sign_webhook_payload(body, service.settings.stripe.webhook_secrets[0], int(time.time()))

@@ -161,6 +161,25 @@ async def test_refund_and_dispute(env: Env) -> None:
     assert (await env.client.v1.charges.retrieve_async(charge_id)).disputed is True
 
 
+@pytest.mark.parametrize("evidence", ["winning_evidence", "losing_evidence"])
+async def test_a_decided_dispute_closes_and_a_won_one_reinstates_the_funds(env: Env, evidence: str) -> None:
+    sub = (await subscribed(env))["subscription"]
+    [charge] = (await env.client.v1.charges.list_async(params={"customer": unexpanded(sub.customer)})).data
+    dispute = await env.raw(f"/v1/test_helpers/charges/{charge.id}/dispute")
+    assert isinstance(dispute, stripe.Dispute)
+    [withdrawn] = await _events(env, "charge.dispute.funds_withdrawn")
+    assert withdrawn.data.object.id == dispute.id
+    await env.client.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": evidence}, "submit": True}
+    )
+    won = evidence == "winning_evidence"
+    [closed] = await _events(env, "charge.dispute.closed")
+    assert (closed.data.object.id, closed.data.object.status) == (dispute.id, "won" if won else "lost")
+    reinstated = await _events(env, "charge.dispute.funds_reinstated")
+    assert [event.data.object.status for event in reinstated] == (["won"] if won else [])
+    assert (await env.client.v1.charges.retrieve_async(charge.id)).disputed is True, "whatever the outcome"
+
+
 async def test_billing_portal_session(env: Env) -> None:
     customer = (await subscribed(env))["customer"]
     portal = await env.client.v1.billing_portal.sessions.create_async(

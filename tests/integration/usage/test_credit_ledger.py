@@ -15,6 +15,7 @@ from service.billing.usage import (
     grant_credits,
     ledger_sum,
     meet_credit_payment,
+    reinstate_purchase,
     release_call,
     spend_credit,
     take_back_purchase,
@@ -170,6 +171,59 @@ async def test_a_reversal_with_no_purchase_yet_is_kept_for_its_grant(ledger: Led
     assert await grant_paid(ledger, "pi_1") == "refunded"
     async with ledger.sessions() as session, session.begin():
         assert await meet_credit_payment(session, "pi_1", "disputed") == "refunded", "the first one stays"
+
+
+async def dispute(ledger: Ledger, payment_intent: str) -> int | None:
+    """A dispute as the Stripe sync applies it: recorded on the payment's row, then taken back."""
+    async with ledger.sessions() as session, session.begin():
+        await meet_credit_payment(session, payment_intent, "disputed")
+        taken = await take_back_purchase(session, payment_intent)
+    return taken[1] if taken is not None else None
+
+
+async def reinstate(ledger: Ledger, payment_intent: str) -> int | None:
+    async with ledger.sessions() as session, session.begin():
+        given = await reinstate_purchase(session, payment_intent)
+    return given[1] if given is not None else None
+
+
+async def test_a_won_dispute_gives_back_what_it_took_once(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    for n in range(10):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    assert await dispute(ledger, "pi_1") == 40
+    assert await reinstate(ledger, "pi_1") == 40
+    assert await reinstate(ledger, "pi_1") is None, "a second delivery gives nothing more"
+    assert await balance(ledger, ledger.user_id) == (40, 40)
+    assert await reverse(ledger, "pi_1") == 40, "a refund after the win takes the credits back"
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+
+
+async def test_a_won_dispute_after_a_refund_gives_nothing(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    assert await reverse(ledger, "pi_1") == 50
+    assert await reinstate(ledger, "pi_1") is None
+    await grant(ledger, ledger.user_id, "checkout:cs_2", payment_intent="pi_2")
+    assert await dispute(ledger, "pi_2") == 50
+    assert await reverse(ledger, "pi_2") is None, "the dispute took the credits already"
+    assert await reinstate(ledger, "pi_2") is None, "the refund, not the dispute, has the last word"
+    assert await balance(ledger, ledger.user_id) == (0, 0)
+
+
+async def test_a_dispute_won_before_its_grant_leaves_the_grant_standing(ledger: Ledger) -> None:
+    assert await dispute(ledger, "pi_1") is None, "nothing to take back yet"
+    assert await reinstate(ledger, "pi_1") is None, "nor to give back"
+    assert await grant_paid(ledger, "pi_1") == "reinstated", "not a reversal: the grant stands"
+
+
+async def test_credits_given_back_cover_later_spends_first(ledger: Ledger) -> None:
+    await grant(ledger, ledger.user_id, "checkout:cs_1", payment_intent="pi_1")
+    assert await dispute(ledger, "pi_1") == 50
+    assert await reinstate(ledger, "pi_1") == 50
+    await grant(ledger, ledger.user_id, "checkout:cs_2", payment_intent="pi_2")
+    for n in range(60):
+        assert await spend(ledger, ledger.user_id, f"call-{n}")
+    assert await take_back(ledger, "pi_2") == 40, "the first 50 spends were pi_1's, given back"
 
 
 async def test_a_reversal_racing_its_purchase_grant_waits_for_it_and_takes_it_back(postgres: Ledger) -> None:

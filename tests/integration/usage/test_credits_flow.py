@@ -194,6 +194,44 @@ async def test_a_refund_or_dispute_takes_back_the_unspent_credits(
     assert taken.delta == -2 and taken.payment_intent_id == payment_intent
 
 
+@pytest.mark.parametrize("evidence", ["winning_evidence", "losing_evidence"])
+async def test_a_won_dispute_gives_the_credits_back_once_and_a_lost_one_keeps_them(
+    small_pack_service: RunningService, evidence: str
+) -> None:
+    service = small_pack_service
+    await service.add_user("una")
+    token = (await service.personal_token("una")).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
+        checkout_id = await buy_credits(service, elicitation.url, "una", "calls_3")
+        await probe.wait_for_completion()
+        assert not (await client.call_tool("sql_explain", QUERY)).is_error
+    checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
+    payment_intent = str(checkout.payment_intent)
+    [charge] = (await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})).data
+    await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge.id}/dispute")
+    await service.sandbox.deliver_pending(within=10)
+    assert await balance_of(service) == 0, "the two unspent credits are taken back"
+
+    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge.id})).data
+    await service.stripe.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": evidence}, "submit": True}
+    )
+    await service.sandbox.deliver_pending(within=10)
+    # Stripe may deliver the dispute's events again, in any order: they change nothing more.
+    for event_type in ("charge.dispute.closed", "charge.dispute.created"):
+        [event] = (await service.stripe.v1.events.list_async(params={"type": event_type})).data
+        await service.stripe.raw_request_async("post", f"/v1/events/{event.id}/retry")
+        await service.sandbox.deliver_pending(within=10)
+
+    won = evidence == "winning_evidence"
+    assert await balance_of(service) == (2 if won else 0)
+    entries = [(entry.reason, entry.delta) for entry in await service.rows(CreditEntry)]
+    given_back = [("reinstatement", 2)] if won else []
+    assert sorted(entries) == sorted([("purchase", 3), ("spend", -1), ("reversal", -2), *given_back])
+
+
 @asynccontextmanager
 async def service_without_webhooks(tmp_path: Path, database_url: str) -> AsyncIterator[RunningService]:
     """The service with the small packs, over a sandbox of its own that sends no webhooks."""
