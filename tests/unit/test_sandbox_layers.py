@@ -30,7 +30,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "params_allowed",
         "params_implemented",
     ),
-    "store": ("state", "webhooks", "sandbox"),
+    "store": ("state", "webhooks", "sandbox", "idempotency"),
     "domain": ("payments", "plan_changes", "meters", "billing", "catalog", "checkout", "clocks"),
     "api": (
         "api",
