@@ -54,7 +54,7 @@ class StripeEvent(SQLModel, table=True):
     type: str = Field(max_length=100, index=True)
     created: int
     livemode: bool = False
-    outcome: str = Field(max_length=32)  # applied | ignored
+    outcome: str = Field(max_length=32)  # applied | ignored | unverified
     detail: str | None = Field(default=None, sa_type=Text)
     received_at: datetime = Field(default_factory=utcnow, sa_column=utc_column(index=True))
 

@@ -21,6 +21,7 @@ import stripe
 from stripe.params.checkout import SessionCreateParamsLineItem
 from stripe.params.v2.billing import MeterEventStreamCreateParams
 
+from service.billing.pack_sales import sale_metadata
 from service.billing.plans import CreditPack, MeteredPrice, Plan, PlanCatalog
 from service.billing.redirects import ANY_REDIRECT, RedirectPolicy
 from service.billing.stripe_calls import StripeCallObserver, StripeCalls
@@ -62,7 +63,7 @@ class CreditCheckoutRequest:
     price_id: str
     user_id: str
     elicitation_id: str
-    pack_id: str
+    pack: CreditPack
     success_url: str
     cancel_url: str
     expires_at: int
@@ -379,10 +380,11 @@ class StripeGateway:
 
     async def create_credit_checkout_session(self, request: CreditCheckoutRequest) -> stripe.checkout.Session:
         """Checkout in payment mode for a credit pack; the webhook grants the credits once paid."""
+        # The pack as sold now: its grant pays out this, whatever the catalog says by then.
         metadata = {
             "user_id": request.user_id,
             "elicitation_id": request.elicitation_id,
-            "credit_pack_id": request.pack_id,
+            **sale_metadata(request.pack),
         }
         with self._calls.timed("create_checkout_session"):
             return await self._client.v1.checkout.sessions.create_async(

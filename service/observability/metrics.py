@@ -115,7 +115,7 @@ class ServiceMetrics:
         self.webhooks = Counter(
             "stripe_webhooks",
             "Stripe webhook deliveries by event type and outcome "
-            "(applied, ignored, duplicate, rejected, too_large, stripe_read_failed, error).",
+            "(applied, ignored, duplicate, unverified, rejected, too_large, stripe_read_failed, error).",
             ["type", "outcome"],
             registry=r,
         )

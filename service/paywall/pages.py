@@ -555,7 +555,7 @@ async def buy_credits(
                 price_id=await gateway.price_id(pack),
                 user_id=found.user_id,
                 elicitation_id=elicitation.id,
-                pack_id=pack.id,
+                pack=pack,
                 success_url=f"{base}/pay/{elicitation.id}/success?session_id={{CHECKOUT_SESSION_ID}}",
                 cancel_url=f"{base}/pay/{elicitation.id}/cancel",
                 expires_at=int((utcnow() + CHECKOUT_MIN_LIFETIME).timestamp()),

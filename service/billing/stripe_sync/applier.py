@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final, Generic, Literal
 
+from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.audit.service import AuditKind, record
 from service.billing.events import EntitlementChanged
 from service.billing.models import StripeCustomer
+from service.billing.pack_sales import PACK_ID_KEY, UnreadableSale, recorded_sale
 from service.billing.plans import CreditPack, PlanCatalog
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import PaymentReversal
@@ -41,7 +43,9 @@ from service.billing.usage import (
     reinstate_purchase,
     take_back_purchase,
 )
+from service.billing.usage_models import CreditEntry
 from service.db.metadata import utcnow
+from service.identity.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +60,7 @@ KEEP: Final = Keep.KEEP
 
 # Whether a subscription's current payment was taken back: how, None (it stands), or KEEP.
 Reversal = PaymentReversal | None | Literal[Keep.KEEP]
-OutcomeStatus = Literal["applied", "ignored", "duplicate"]
+OutcomeStatus = Literal["applied", "ignored", "duplicate", "unverified"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,25 @@ def _payment_reversal(recorded: str | None) -> PaymentReversal | None:
     return None
 
 
+async def _already_granted(session: AsyncSession, checkout: Any) -> bool:
+    """Whether this checkout's credits were granted before (e.g. before the pack was repriced)."""
+    source = f"checkout:{field_of(checkout, 'id')}"
+    found = await session.exec(select(CreditEntry.id).where(col(CreditEntry.source) == source))
+    return found.first() is not None
+
+
+def _unverified(checkout: Any, user_id: str, why: str) -> Outcome:
+    """A paid credit pack that cannot be granted as it stands: refused, but loudly, since a customer
+    paid (the webhook metric counts outcome `unverified`, the reconciler its report's `unverified`)."""
+    logger.error(
+        "credit pack checkout %s of user %s paid but not granted, an operator must look: %s",
+        field_of(checkout, "id"),
+        user_id,
+        why,
+    )
+    return Outcome(status="unverified", detail=f"paid but not granted: {why}")
+
+
 def subscription_of_invoice(invoice: Any) -> str | None:
     # At the pinned API version the link lives under parent.subscription_details.
     details = field_of(field_of(invoice, "parent"), "subscription_details")
@@ -132,7 +155,7 @@ class StripeStateApplier(Generic[Request]):
             raise EventIgnored("not a subscription or credit pack checkout")
         if field_of(checkout, "payment_status") not in ("paid", "no_payment_required"):
             raise EventIgnored("payment not completed yet")
-        pack = self._paid_pack(checkout) if mode == "payment" else None
+        sold = self._sold_pack(checkout) if mode == "payment" else None
         user_id = field_of(checkout, "client_reference_id")
         metadata = field_of(checkout, "metadata") or {}
         elicitation_id = field_of(metadata, "elicitation_id")
@@ -141,14 +164,24 @@ class StripeStateApplier(Generic[Request]):
         if not isinstance(elicitation_id, str):
             raise EventIgnored("checkout names an elicitation that is not this user's")
         elicitation, known_open = await self._requests.named_and_open(session, elicitation_id, user_id)
-        if elicitation is None or elicitation.user_id != user_id:
+        # A credit pack's payment may confirm days later (e.g. SEPA Direct Debit), after retention
+        # deleted its elicitation: the user is then known from the session alone.
+        if (elicitation is None and sold is None) or (
+            elicitation is not None and elicitation.user_id != user_id
+        ):
             raise EventIgnored("checkout names an elicitation that is not this user's")
         customer_id = id_of(field_of(checkout, "customer"))
         if customer_id is None:
             raise EventIgnored("checkout has no customer")
+        if isinstance(sold, str):
+            if await _already_granted(session, checkout):
+                return Outcome(status="ignored", detail="credits already granted for this checkout")
+            return _unverified(checkout, user_id, sold)
+        if elicitation is None and await session.get(User, user_id) is None:
+            return _unverified(checkout, user_id, "its user no longer exists")
         await self._bind_customer(session, user_id, customer_id)
-        if pack is not None:
-            return await self._credit_purchase(session, checkout, pack, user_id, fresh, known_open, source)
+        if sold is not None:
+            return await self._credit_purchase(session, checkout, sold, user_id, fresh, known_open, source)
         if not isinstance(fresh, FreshSubscription):
             raise EventIgnored("checkout has no subscription")
         return await self.subscription_state(
@@ -160,17 +193,28 @@ class StripeStateApplier(Generic[Request]):
             known_open=known_open,
         )
 
-    def _paid_pack(self, checkout: Any) -> CreditPack:
-        """The credit pack a payment-mode checkout bought: named by its metadata, and paid in full."""
-        pack = self._catalog.credit_pack(str(field_of(field_of(checkout, "metadata"), "credit_pack_id")))
-        if pack is None:
-            raise EventIgnored("a payment-mode checkout that names no credit pack of the catalog")
-        if (field_of(checkout, "amount_total"), field_of(checkout, "currency")) != (
-            pack.amount,
-            pack.currency,
-        ):
-            raise EventIgnored(f"checkout's amount is not the price of credit pack {pack.id}")
-        return pack
+    def _sold_pack(self, checkout: Any) -> CreditPack | str:
+        """The credit pack a payment-mode checkout sold, as its session recorded it and paid in full;
+        or why that cannot be verified (a paid purchase that an operator must look at)."""
+        metadata = field_of(checkout, "metadata")
+        pack_id = field_of(metadata, PACK_ID_KEY)
+        if not isinstance(pack_id, str):
+            raise EventIgnored("a payment-mode checkout that names no credit pack")
+        current = self._catalog.credit_pack(pack_id)
+        try:
+            sold = recorded_sale(metadata, current)
+        except UnreadableSale as exc:
+            return str(exc)
+        if sold is None:
+            # A session made before sessions recorded their pack: only today's catalog can tell.
+            if current is None:
+                return f"credit pack {pack_id!r} is not in the catalog and the checkout recorded no price"
+            sold = current
+        paid = (field_of(checkout, "amount_total"), field_of(checkout, "currency"))
+        if paid != (sold.amount, sold.currency):
+            sold_for = (sold.amount, sold.currency)
+            return f"checkout's amount {paid} is not the price {sold_for} of credit pack {pack_id!r}"
+        return sold
 
     async def _credit_purchase(
         self,

@@ -25,6 +25,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service.billing.events import BillingEvents
 from service.billing.leases import HeldLease, LeaseLost
 from service.billing.models import StripeCustomer, Subscription
+from service.billing.pack_sales import PACK_ID_KEY
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeData, StripeGateway
 from service.billing.stripe_sync.applier import (
@@ -56,6 +57,8 @@ class ReconcileReport:
     subscriptions: int = 0
     repaired: int = 0
     ignored: int = 0
+    # Paid credit packs that could not be verified and were not granted: each is logged at ERROR.
+    unverified: int = 0
     lease_lost: bool = False
 
 
@@ -204,8 +207,9 @@ class Reconciler:
         completed subscription checkout needs applying while its elicitation is still open or its
         subscription is not stored here (a stored one is bound to its customer, so the
         subscription pass below re-reads it anyway); an expired one while it is its open
-        elicitation's current checkout. A checkout that names no elicitation of ours, or
-        someone else's, would be ignored after its Stripe reads: it is skipped before them.
+        elicitation's current checkout. A checkout that names someone else's elicitation, or (but
+        for a credit pack's, whose elicitation retention may have deleted) none of ours, would be
+        ignored after its Stripe reads: it is skipped before them.
         """
         named = [
             (checkout, _elicitation_of(checkout), id_of(field_of(checkout, "subscription")))
@@ -229,19 +233,23 @@ class Reconciler:
             credited = set(granted.all())
         unreflected: set[str] = set()
         for checkout, elicitation_id, subscription_id in named:
+            metadata = field_of(checkout, "metadata")
             elicitation = elicitations.get(elicitation_id or "")
-            if elicitation is None or elicitation.user_id != field_of(
-                field_of(checkout, "metadata"), "user_id"
-            ):
-                continue
-            is_open = elicitation.is_open
             checkout_id = field_of(checkout, "id")
             if field_of(checkout, "mode") == "payment":
-                needed = f"checkout:{checkout_id}" not in credited
+                # A pack's elicitation may be gone (retention) by the time its payment confirms.
+                ours = (
+                    elicitation.user_id == field_of(metadata, "user_id")
+                    if elicitation is not None
+                    else elicitation_id is not None and isinstance(field_of(metadata, PACK_ID_KEY), str)
+                )
+                needed = ours and f"checkout:{checkout_id}" not in credited
+            elif elicitation is None or elicitation.user_id != field_of(metadata, "user_id"):
+                continue
             elif field_of(checkout, "status") == "expired":
-                needed = is_open and elicitation.checkout_session_id == checkout_id
+                needed = elicitation.is_open and elicitation.checkout_session_id == checkout_id
             else:
-                needed = is_open or subscription_id not in stored
+                needed = elicitation.is_open or subscription_id not in stored
             if needed and isinstance(checkout_id, str):
                 unreflected.add(checkout_id)
         return unreflected
@@ -258,6 +266,8 @@ class Reconciler:
             return
         if self._metrics is not None:
             self._metrics.elicitations_settled(outcome.completed_era_plans, outcome.expired_era_plans)
+        if outcome.status == "unverified":
+            report.unverified += 1
         if outcome.status_changed:
             report.repaired += 1
         for change in outcome.changes:
