@@ -17,6 +17,7 @@ import collections
 import copy
 import logging
 import logging.handlers
+import re
 import sys
 import threading
 import time
@@ -171,6 +172,15 @@ _SCALARS = frozenset({int, float, bool, type(None)})
 REDACTED_JSON = json_line.string(REDACTED)
 
 
+# C0 and C1 control characters: a client's text (a request path, say) with a newline or a terminal
+# escape in it must not forge a log line or repaint the terminal of whoever reads the log.
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _escaped(text: str) -> str:
+    return _CONTROL_CHARACTERS.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+
+
 class TextFormatter(logging.Formatter):
     """TEXT_FORMAT, redacted, with the traceback or stack on the following lines."""
 
@@ -178,10 +188,9 @@ class TextFormatter(logging.Formatter):
         super().__init__(TEXT_FORMAT)
 
     def format(self, record: logging.LogRecord) -> str:
-        request_id = record.__dict__.get("request_id") or "-"
-        text = (
-            f"{self.formatTime(record)} {record.levelname} {record.name} [{request_id}]: {_message(record)}"
-        )
+        request_id = _escaped(str(record.__dict__.get("request_id") or "-"))
+        message = _escaped(_message(record))
+        text = f"{self.formatTime(record)} {record.levelname} {record.name} [{request_id}]: {message}"
         for more in _exception_and_stack(record, self):
             if more:
                 text += "\n" + more

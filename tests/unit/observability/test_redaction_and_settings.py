@@ -114,3 +114,19 @@ def test_metrics_and_log_format_defaults() -> None:
     assert Settings(_env_file=None, metrics_port=9090, **PRODUCTION).metrics_served  # type: ignore[call-arg]
     assert Settings(_env_file=None, metrics_enabled=True, **PRODUCTION).metrics_served  # type: ignore[call-arg]
     assert not Settings(_env_file=None, metrics_enabled=False).metrics_served  # type: ignore[call-arg]
+
+
+def test_a_text_line_cannot_be_forged_or_carry_terminal_escapes() -> None:
+    stream = io.StringIO()
+    logger = logging.getLogger("tests.observability.forged")
+    logger.addHandler(build_handler("text", stream))
+    logger.propagate = False
+    path = "/nope\n2026-12-06 03:00:19,000 INFO service.access [-]: POST /admin 200\r\x1b[31m\x85"
+    try:
+        logger.warning("GET %s 404", path)
+    finally:
+        logger.handlers.clear()
+        logger.propagate = True
+    [line] = stream.getvalue().split("\n")[:-1]
+    assert "/nope\\x0a2026-12-06" in line
+    assert "200\\x0d\\x1b[31m\\x85 404" in line
