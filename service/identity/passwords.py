@@ -42,6 +42,10 @@ class HashingBusy(Exception):
     retry_after_seconds = BUSY_RETRY_AFTER_SECONDS
 
 
+# Every hash argon2 makes starts so; anything else stored is a marker no password matches.
+ARGON2_PREFIX = "$argon2"
+
+
 class PasswordHashing:
     def __init__(
         self, *, time_cost: int, memory_kib: int, parallelism: int, concurrency: int, queue: int = 16
@@ -100,7 +104,10 @@ class PasswordHashing:
         """`verify` against the hash `load_hash` reads (None: no such user), read only once this check
         is admitted and has its slot: a sign-in refused as busy, or waiting, costs no database work."""
         async with self._admitted_slot():
-            password_hash = await load_hash()
+            stored = await load_hash()
+            # A marker that no password matches (a disabled or an external account) costs a check
+            # too: answering it at once would tell which usernames carry one.
+            password_hash = stored if stored is not None and stored.startswith(ARGON2_PREFIX) else None
             if password_hash is None and self._dummy_hash is None:
                 self._dummy_hash = await self._run(self._hasher.hash, "not-a-real-password")
             checked = password_hash or self._dummy_hash

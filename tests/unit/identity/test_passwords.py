@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from typing import Literal
 
+import pytest
+from argon2 import PasswordHasher
+
+from service.identity.oidc.identities import UNUSABLE_PASSWORD_HASH
 from service.identity.passwords import PasswordHashing
+from service.identity.service import DISABLED_PASSWORD_HASH
 from service.settings import Settings
 from tests.support.service import cheap_password_hashing
 
@@ -63,3 +69,19 @@ async def test_a_hash_made_with_other_parameters_needs_redoing() -> None:
     assert stronger.needs_rehash(old)
     assert not stronger.needs_rehash(await stronger.hash("correct horse battery"))
     assert stronger.needs_rehash("not-a-hash")
+
+
+@pytest.mark.parametrize("marker", [DISABLED_PASSWORD_HASH, UNUSABLE_PASSWORD_HASH, None])
+async def test_an_account_no_password_matches_costs_a_full_check(
+    marker: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    checked: list[str] = []
+    verify = PasswordHasher.verify
+
+    def counting(hasher: PasswordHasher, password_hash: str | bytes, password: str | bytes) -> Literal[True]:
+        checked.append(str(password_hash))
+        return verify(hasher, password_hash, password)
+
+    monkeypatch.setattr(PasswordHasher, "verify", counting)
+    assert not await cheap_password_hashing().verify(marker, "any password")
+    assert len(checked) == 1 and checked[0].startswith("$argon2id$"), "timed like a wrong password"
