@@ -24,6 +24,10 @@ def load_tool_set(spec: str) -> ToolSet:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ToolPackageError(f"tool package {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # its own code failed while importing: name it, as an entry point's is
+        raise ToolPackageError(
+            f"tool package {spec!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     tool_set = getattr(module, attribute, None)
     if not isinstance(tool_set, ToolSet):
         raise ToolPackageError(f"tool package {spec!r}: {attribute!r} is not a service.tools.ToolSet")

@@ -210,6 +210,8 @@ class PlanCatalog:
             return cls(data.plans, data.metered_prices, data.credit_packs)
         except OSError as exc:
             raise PlanCatalogError(f"cannot read plans file {path}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise PlanCatalogError(f"plans file {path} is not UTF-8 (byte {exc.start})") from exc
         except (tomllib.TOMLDecodeError, ValidationError) as exc:
             raise PlanCatalogError(f"invalid plans file {path}: {exc}") from exc
         except PlanCatalogError as exc:

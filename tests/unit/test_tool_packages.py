@@ -35,6 +35,21 @@ def test_bad_packages_are_refused_clearly(spec: str, complaint: str) -> None:
         load_tools([spec], CATALOG)
 
 
+@pytest.mark.parametrize(
+    ("source", "complaint"),
+    [("def broken(:\n", "SyntaxError"), ("raise RuntimeError('no')\n", "RuntimeError: no")],
+)
+def test_a_package_whose_import_fails_is_refused_clearly(
+    source: str, complaint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "failing_tools.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(
+        ToolPackageError, match=f"'failing_tools:tools': importing 'failing_tools' failed: {complaint}"
+    ):
+        load_tools(["failing_tools:tools"], CATALOG)
+
+
 def test_the_same_tool_name_twice_is_refused() -> None:
     with pytest.raises(ToolPackageError, match="'text_stats' comes from both"):
         load_tools(["service.example_tools:tools", "tests.fixtures.vendor_tools:clashing"], CATALOG)

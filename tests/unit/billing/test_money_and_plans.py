@@ -77,6 +77,13 @@ def test_a_missing_plans_file_is_named(tmp_path: Path) -> None:
         PlanCatalog.load(tmp_path / "absent.toml")
 
 
+def test_a_plans_file_not_in_utf8_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "plans.toml"
+    path.write_bytes("# Caf\u00e9 plans\n".encode("latin-1"))
+    with pytest.raises(PlanCatalogError, match=r"is not UTF-8 \(byte 5\)"):
+        PlanCatalog.load(path)
+
+
 def test_amounts_are_integers() -> None:
     with pytest.raises(ValueError, match="integer"):
         Plan(id="a", name="A", lookup_key="k", amount=9.99, currency="usd", interval="month")
