@@ -38,6 +38,7 @@ from service.dependencies import ResponseInstead, respond_instead
 from service.gateway.wiring import start_gateway
 from service.health.endpoints import router as health_router
 from service.health.readiness import Readiness
+from service.identity.client_registration import MAX_REGISTRATION_BODY_BYTES, REGISTRATION_PATH
 from service.identity.endpoints import router as identity_router
 from service.identity.oauth_provider import DatabaseOAuthProvider, StoredAccessToken
 from service.identity.oauth_routes import router as oauth_router
@@ -410,7 +411,11 @@ def create_app(
     app.add_middleware(
         BodyLimit,
         limit=settings.http.max_request_body_bytes,
-        per_path={WEBHOOK_PATH: settings.http.max_webhook_body_bytes},
+        per_path={
+            WEBHOOK_PATH: settings.http.max_webhook_body_bytes,
+            # Unauthenticated, and stored: far less than other routes take.
+            REGISTRATION_PATH: min(MAX_REGISTRATION_BODY_BYTES, settings.http.max_request_body_bytes),
+        },
     )
     app.add_middleware(BusySignInGate)
     app.add_middleware(TokenRequestThrottle)  # /token, served by service/identity/oauth_routes.py

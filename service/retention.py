@@ -3,9 +3,11 @@
 Audit rows and stored Stripe events after their retention periods; browser sessions,
 authorization codes (redeemed ones, kept as tombstones, too), tokens and elicitations some days
 after they expired (a token without an expiry, a personal access token, once that long has passed
-since it was revoked); consumed OIDC sign-in states an hour after their login cookie expired. Each
-batch is its own short transaction of at most `batch_rows` rows per table, so the job never holds locks
-for long, and every replica may run it: the lease lets one do the work.
+since it was revoked); consumed OIDC sign-in states an hour after their login cookie expired;
+dynamically registered clients nobody ever used (no consent, code or token) some days after they
+registered, so anonymous registrations cannot pile up. Each batch is its own short transaction of
+at most `batch_rows` rows per table, so the job never holds locks for long, and every replica may
+run it: the lease lets one do the work.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, or_, select
+from sqlalchemy import ColumnElement, and_, delete, exists, or_, select
 
 from service.audit.models import AuditEvent
 from service.billing.leases import HeldLease, LeaseLost
 from service.billing.models import StripeEvent
 from service.db.engine import SessionFactory
 from service.db.metadata import utcnow
-from service.identity.models import AuthorizationCode, BrowserSession, Token
+from service.identity.models import AuthorizationCode, BrowserSession, OAuthClient, OAuthConsent, Token
 from service.identity.oidc.models import ConsumedLoginState
 from service.paywall.models import Elicitation
 from service.settings import RetentionSettings
@@ -42,6 +44,7 @@ class RetentionPolicy:
     audit: timedelta = timedelta(days=90)
     stripe_events: timedelta = timedelta(days=30)
     after_expiry: timedelta = timedelta(days=7)  # sessions, codes, tokens, elicitations
+    unused_clients: timedelta = timedelta(days=7)  # since registration, for clients never used
     batch_rows: int = 1000
 
 
@@ -63,6 +66,8 @@ def _expired_conditions(policy: RetentionPolicy, now: datetime) -> list[tuple[An
     sessions, codes, tokens, elicitations, states = (
         _table(model) for model in (BrowserSession, AuthorizationCode, Token, Elicitation, ConsumedLoginState)
     )
+    clients, consents = _table(OAuthClient), _table(OAuthConsent)
+    unused = [~exists().where(used.c.client_id == clients.c.client_id) for used in (consents, codes, tokens)]
     return [
         (audit, audit.c.at < now - policy.audit),
         (events, events.c.received_at < now - policy.stripe_events),
@@ -78,6 +83,9 @@ def _expired_conditions(policy: RetentionPolicy, now: datetime) -> list[tuple[An
         # Their delivery rows go with them (ON DELETE CASCADE).
         (elicitations, elicitations.c.expires_at < expired),
         (states, states.c.expires_at < now - CONSUMED_STATE_MARGIN),
+        # Only clients no consent, code or token names, so no grant depends on one (tokens have no
+        # foreign key to a client; consents and codes would go with it, ON DELETE CASCADE).
+        (clients, and_(clients.c.created_at < now - policy.unused_clients, *unused)),
     ]
 
 
@@ -96,6 +104,7 @@ class RetentionJob:
             audit=timedelta(days=settings.audit_days),
             stripe_events=timedelta(days=settings.stripe_event_days),
             after_expiry=timedelta(days=settings.expired_days),
+            unused_clients=timedelta(days=settings.unused_client_days),
             batch_rows=settings.batch_rows,
         )
         return cls(sessions, policy)
@@ -128,7 +137,9 @@ class RetentionJob:
                 connection = await session.connection()
                 keys = list((await connection.execute(pick)).scalars())
                 if keys:
-                    await connection.execute(delete(table).where(key.in_(keys)))
+                    # The condition again: a row put to use since it was picked (a client given a
+                    # consent, say) is kept.
+                    await connection.execute(delete(table).where(key.in_(keys), condition))
             total += len(keys)
             if len(keys) < self._policy.batch_rows:
                 return total

@@ -1,5 +1,6 @@
 """What dynamic client registration accepts: redirect URIs a browser can safely be sent to and
-metadata of bounded size, at a bounded rate per client address (IPv6 by /64)."""
+metadata of bounded size, none we would store without using, at a bounded rate per client address
+(IPv6 by /64) and across the deployment."""
 
 from __future__ import annotations
 
@@ -26,7 +27,13 @@ MAX_SOFTWARE_FIELD_LENGTH = 200
 MAX_URI_LENGTH = 2000
 MAX_TYPES = 5  # grant_types, response_types
 MAX_TYPE_LENGTH = 100
-MAX_METADATA_BYTES = 64 * 1024
+# What one registration may add to `oauth_client.info_json`, and the request body it may come in
+# (the body is larger, for whitespace and escapes); far above what MCP clients send.
+MAX_METADATA_BYTES = 8 * 1024
+MAX_REGISTRATION_BODY_BYTES = 32 * 1024
+REGISTRATION_PATH = "/register"
+# Client keys only serve `private_key_jwt`, which /token does not accept: stored, they would be unused.
+UNUSED_KEY_FIELDS = ("jwks", "jwks_uri")
 LOOPBACK_NAMES = ("localhost",)
 
 
@@ -74,14 +81,17 @@ def check_registration(metadata: OAuthClientMetadata | OAuthClientInformationFul
 
 
 def metadata_problem(metadata: OAuthClientMetadata | OAuthClientInformationFull) -> str | None:
-    """Why a registration's metadata other than its redirect URIs is too large to store, or None."""
+    """Why a registration's metadata other than its redirect URIs is too large or unused to store, or None."""
+    for unused in UNUSED_KEY_FIELDS:
+        if getattr(metadata, unused) is not None:
+            return f"{unused} is not accepted: this server does not support private_key_jwt"
     texts = {
         "client_name": (metadata.client_name, MAX_CLIENT_NAME_LENGTH),
         "scope": (metadata.scope, MAX_SCOPE_LENGTH),
         "software_id": (metadata.software_id, MAX_SOFTWARE_FIELD_LENGTH),
         "software_version": (metadata.software_version, MAX_SOFTWARE_FIELD_LENGTH),
     }
-    for uri_field in ("client_uri", "logo_uri", "tos_uri", "policy_uri", "jwks_uri"):
+    for uri_field in ("client_uri", "logo_uri", "tos_uri", "policy_uri"):
         uri = getattr(metadata, uri_field)
         texts[uri_field] = (None if uri is None else str(uri), MAX_URI_LENGTH)
     for name, (text, limit) in texts.items():
@@ -97,8 +107,10 @@ def metadata_problem(metadata: OAuthClientMetadata | OAuthClientInformationFull)
             return f"{name} has at most {most} entries"
         if any(len(item) > limit for item in items):
             return f"each of {name} is at most {limit} characters"
-    if len(metadata.model_dump_json(exclude_none=True).encode()) > MAX_METADATA_BYTES:
-        return f"client metadata is at most {MAX_METADATA_BYTES} bytes"
+    # Measured as `register_client` stores it: without the client secret, whose digest alone is kept.
+    stored = metadata.model_dump_json(exclude_none=True, exclude={"client_secret"})
+    if len(stored.encode()) > MAX_METADATA_BYTES:
+        return f"client metadata is at most {MAX_METADATA_BYTES} bytes as stored"
     return None
 
 

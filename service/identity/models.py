@@ -32,7 +32,8 @@ class OAuthClient(SQLModel, table=True):
     client_id: str = Field(primary_key=True, max_length=64)
     info_json: str = Field(sa_type=Text)
     client_secret_hash: str | None = Field(default=None, max_length=64)
-    created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column())
+    # Indexed: /register counts the last hour's registrations, retention finds old unused clients.
+    created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column(index=True))
 
 
 class OAuthConsent(SQLModel, table=True):
@@ -44,8 +45,10 @@ class OAuthConsent(SQLModel, table=True):
     __tablename__ = "oauth_consent"
 
     user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", primary_key=True, max_length=40)
+    # Indexed, as are the codes' and tokens' client ids: retention looks up a client's use by them,
+    # and deleting a client cascades to its consents and codes.
     client_id: str = Field(
-        foreign_key="oauth_client.client_id", ondelete="CASCADE", primary_key=True, max_length=64
+        foreign_key="oauth_client.client_id", ondelete="CASCADE", primary_key=True, max_length=64, index=True
     )
     redirect_uri_hash: str = Field(primary_key=True, max_length=64)
     redirect_uri: str = Field(sa_type=Text)
@@ -60,7 +63,9 @@ class AuthorizationCode(SQLModel, table=True):
     __tablename__ = "oauth_authorization_code"
 
     code_hash: str = Field(primary_key=True, max_length=64)
-    client_id: str = Field(foreign_key="oauth_client.client_id", ondelete="CASCADE", max_length=64)
+    client_id: str = Field(
+        foreign_key="oauth_client.client_id", ondelete="CASCADE", max_length=64, index=True
+    )
     user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", max_length=40)
     scopes: str = Field(default="", sa_type=Text)
     code_challenge: str = Field(max_length=128)
@@ -87,7 +92,7 @@ class Token(SQLModel, table=True):
     token_hash: str = Field(max_length=64, unique=True)
     kind: str = Field(max_length=16)  # access | refresh | personal
     grant_id: str = Field(max_length=40)
-    client_id: str = Field(max_length=64)
+    client_id: str = Field(max_length=64, index=True)
     user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", max_length=40, index=True)
     scopes: str = Field(default="", sa_type=Text)
     resource: str | None = Field(default=None, sa_type=Text)

@@ -9,6 +9,7 @@ logged in and approved the client on the consent page.
 from __future__ import annotations
 
 import hmac
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -55,6 +56,9 @@ MAX_AUTHZ_LENGTH = 8192
 # Dynamic registration as /register serves it, and the client auth methods /token and /revoke accept.
 REGISTRATION_OPTIONS = ClientRegistrationOptions(enabled=True)
 TOKEN_ENDPOINT_AUTH_METHODS = ["client_secret_post", "client_secret_basic", "none"]
+
+# The window the deployment-wide registration cap counts in.
+REGISTRATION_WINDOW = timedelta(hours=1)
 
 RevocationListener = Callable[[str], Awaitable[None]]
 
@@ -165,6 +169,29 @@ class DatabaseOAuthProvider:
                     client_secret_hash=digest(secret) if secret else None,
                 )
             )
+
+    async def registration_wait(self, per_window: int) -> int | None:
+        """Seconds until a client may register again when `per_window` registered in the last
+        `REGISTRATION_WINDOW` across every replica, or None if one may now.
+
+        The `per_window`-th newest registration of the window ages out of it first; reading it alone
+        (through the index on `created_at`) answers both questions without counting every row.
+        Concurrent registrations may each see room, so the cap can be passed by as many as arrive
+        at once.
+        """
+        now = utcnow()
+        async with self._sessions() as session:
+            result = await session.exec(
+                select(OAuthClient.created_at)
+                .where(col(OAuthClient.created_at) > now - REGISTRATION_WINDOW)
+                .order_by(col(OAuthClient.created_at).desc())
+                .offset(per_window - 1)
+                .limit(1)
+            )
+            last_counted = result.first()
+        if last_counted is None:
+            return None
+        return max(1, math.ceil((last_counted + REGISTRATION_WINDOW - now).total_seconds()))
 
     async def client_secret_matches(self, client_id: str, secret: str) -> bool:
         if not identity.could_be_stored(client_id, MAX_CLIENT_ID_LENGTH):

@@ -2,9 +2,10 @@
 metadata.
 
 Each reuses the SDK's own handler and wraps it as the SDK does (CORS, request body limit); what
-differs is /register's rate limit per client address, /authorize answering an invalid request
-with an error page instead of a redirect, client secrets checked against their digests at /token,
-and metadata that names every token endpoint auth method /token accepts.
+differs is /register's rate limits (per client address, and across the deployment), /authorize
+answering an invalid request with an error page instead of a redirect, client secrets checked
+against their digests at /token, and metadata that names every token endpoint auth method /token
+accepts.
 """
 
 from __future__ import annotations
@@ -65,12 +66,22 @@ async def register(request: Request) -> Response:
     address = client_address(request, await get_client_addresses(request))
     limiter = await get_registration_limiter(request)
     if not limiter.allow(address):
-        return JSONResponse(
-            {"error": "too_many_requests", "error_description": "too many client registrations; retry later"},
-            status_code=429,
-            headers={"Retry-After": str(limiter.retry_after(address))},
-        )
-    return await RegistrationHandler(await get_oauth(request), options=REGISTRATION_OPTIONS).handle(request)
+        return _too_many_registrations(limiter.retry_after(address))
+    oauth = await get_oauth(request)
+    # After the per-address limit, so one address cannot make every request read the database.
+    wait = await oauth.registration_wait((await get_settings(request)).identity.oauth_registrations_per_hour)
+    if wait is not None:
+        return _too_many_registrations(wait)
+    return await RegistrationHandler(oauth, options=REGISTRATION_OPTIONS).handle(request)
+
+
+def _too_many_registrations(retry_after: int) -> Response:
+    """429 with `Retry-After`, and a body shaped as RFC 7591's errors are."""
+    return JSONResponse(
+        {"error": "too_many_requests", "error_description": "too many client registrations; retry later"},
+        status_code=429,
+        headers={"Retry-After": str(retry_after)},
+    )
 
 
 MAX_SHOWN_DESCRIPTION = 300  # of the SDK's error description, which may quote the request

@@ -408,6 +408,9 @@ class RetentionSettings(Section):
     """Processed Stripe event ids older than this are deleted; at least 3, since Stripe retries for 3 days."""
     expired_days: int = Field(default=7, ge=1)
     """Expired browser sessions, authorization codes, tokens and elicitations older than this are deleted."""
+    unused_client_days: int = Field(default=7, ge=1, le=3650)
+    """Dynamically registered OAuth clients never used (no consent, authorization code or token) are
+    deleted this long after they registered."""
     batch_rows: int = Field(default=1000, ge=1, le=100_000)
     """Rows the retention job deletes per transaction."""
 
@@ -517,6 +520,9 @@ class IdentitySettings(Section):
     """OAuth authorization code lifetime."""
     oauth_registrations_per_address_per_hour: int = Field(default=30, ge=1, le=100_000)
     """Dynamic client registrations one client address may make per hour, on each replica."""
+    oauth_registrations_per_hour: int = Field(default=1000, ge=1, le=100_000)
+    """Dynamic client registrations all addresses together may make per hour, counted in the database
+    so it holds across replicas; beyond it, 429 with `Retry-After`."""
     browser_session_ttl_seconds: int = Field(default=12 * 3600, gt=0)
     """Login cookie lifetime."""
     max_browser_sessions_per_user: int = Field(default=20, ge=1, le=1000)

@@ -15,7 +15,7 @@ from service.billing.models import StripeEvent
 from service.db.engine import SessionFactory, create_engine, create_session_factory
 from service.db.metadata import utcnow
 from service.identity import service as identity
-from service.identity.models import AuthorizationCode, BrowserSession, OAuthClient, Token
+from service.identity.models import AuthorizationCode, BrowserSession, OAuthClient, OAuthConsent, Token
 from service.identity.oidc.models import ConsumedLoginState
 from service.paywall.models import Elicitation, ElicitationDelivery
 from service.retention import LEASE_NAME, RetentionJob, RetentionPolicy
@@ -139,6 +139,7 @@ async def test_retention_deletes_old_rows_and_keeps_recent_ones(sessions: Sessio
         "token": 2,
         "elicitation": 1,
         "oidc_consumed_state": 1,
+        "oauth_client": 0,
     }
     assert [row.detail for row in await rows(sessions, AuditEvent)] == ['{"keep": true}']
     assert [row.id for row in await rows(sessions, StripeEvent)] == ["evt_recent"]
@@ -156,6 +157,63 @@ async def test_retention_deletes_old_rows_and_keeps_recent_ones(sessions: Sessio
         "state-live",
     }
     assert (await job.run()).deleted == dict.fromkeys(report.deleted, 0)
+
+
+def client(client_id: str, age: timedelta) -> OAuthClient:
+    return OAuthClient(client_id=client_id, info_json="{}", created_at=utcnow() - age)
+
+
+async def test_retention_deletes_old_clients_nobody_used(sessions: SessionFactory) -> None:
+    """Anyone may register a client; one no consent, code or token names is deleted after its days."""
+    async with sessions() as session, session.begin():
+        user = await identity.create_user(session, "owner", "a long password", cheap_password_hashing())
+    old, young = 8 * DAY, 6 * DAY
+    async with sessions() as session, session.begin():
+        names = ["unused-old-1", "unused-old-2", "unused-old-3", "unused-young"]
+        names += ["consented-old", "coded-old", "tokened-old"]
+        session.add_all([client(name, young if name.endswith("young") else old) for name in names])
+        await session.flush()
+        session.add_all(
+            [
+                OAuthConsent(
+                    user_id=user.id,
+                    client_id="consented-old",
+                    redirect_uri_hash="h",
+                    redirect_uri="http://127.0.0.1/cb",
+                ),
+                AuthorizationCode(
+                    code_hash="code-live",
+                    client_id="coded-old",
+                    user_id=user.id,
+                    code_challenge="x",
+                    redirect_uri="http://127.0.0.1/cb",
+                    redirect_uri_provided_explicitly=True,
+                    expires_at=utcnow() + DAY,
+                ),
+                Token(
+                    id="tok_client",
+                    token_hash="hash-tok_client",
+                    kind="refresh",
+                    grant_id="grant-client",
+                    client_id="tokened-old",
+                    user_id=user.id,
+                    expires_at=utcnow() + DAY,
+                ),
+            ]
+        )
+
+    report = await RetentionJob(sessions, RetentionPolicy(unused_clients=7 * DAY, batch_rows=2)).run()
+
+    assert report.deleted["oauth_client"] == 3
+    assert {row.client_id for row in await rows(sessions, OAuthClient)} == {
+        "unused-young",
+        "consented-old",
+        "coded-old",
+        "tokened-old",
+    }
+    assert len(await rows(sessions, OAuthConsent)) == 1
+    assert [row.code_hash for row in await rows(sessions, AuthorizationCode)] == ["code-live"]
+    assert [row.id for row in await rows(sessions, Token)] == ["tok_client"]
 
 
 async def test_retention_skips_while_another_replica_holds_its_lease(sessions: SessionFactory) -> None:

@@ -9,6 +9,7 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -16,6 +17,7 @@ import pytest
 
 from service.audit.models import AuditEvent
 from service.audit.service import AuditKind
+from service.db.metadata import utcnow
 from service.identity.models import AuthorizationCode, OAuthClient, Token
 from service.paywall.pg_bus import PostgresBus
 from tests.support.browserless import decide_consent, log_in_through_form
@@ -39,6 +41,7 @@ from tests.support.servers import bound_socket, port_of
 from tests.support.service import DEFAULT_PASSWORD, RunningService, make_settings, run_service, run_service_on
 
 EVIL_REDIRECT = "https://evil.test/cb"
+MINUTE = timedelta(minutes=1)
 
 
 async def test_sign_in_leads_to_a_consent_page_naming_the_redirect_host(service: RunningService) -> None:
@@ -169,15 +172,18 @@ async def test_registration_limit_keys_ipv6_clients_by_their_64(database_url: st
     "metadata",
     [
         {"client_name": "x" * 101},
-        {"contacts": ["x" * 1000] * 900},
+        {"contacts": ["x" * 1000] * 20},
         {"contacts": [f"admin{n}@app.example" for n in range(6)]},
         {"contacts": ["x" * 321]},
-        {"scope": "s " * 400_000},
+        {"scope": "s " * 4000},
         {"software_id": "x" * 201},
         {"software_version": "x" * 201},
         {"client_uri": "https://app.example/" + "x" * 2000},
         {"grant_types": ["authorization_code", "refresh_token", "a", "b", "c", "d"]},
-        {"jwks": {"keys": ["x" * 70_000]}},
+        {"jwks": {"keys": []}},
+        {"jwks_uri": "https://app.example/jwks.json"},
+        # Each URI within its bound, together past what one registration may store.
+        {"redirect_uris": [f"https://app.example/{n}/" + "x" * 1900 for n in range(5)]},
     ],
     ids=lambda metadata: next(iter(metadata)),
 )
@@ -189,6 +195,52 @@ async def test_registration_refuses_over_long_metadata(
     assert response.status_code == 400, response.text
     assert response.json()["error"] == "invalid_client_metadata"
     assert await service.rows(OAuthClient) == []
+
+
+@pytest.mark.parametrize(
+    "padding",
+    [
+        {"jwks": {"keys": [{"kty": "oct", "k": "A" * 64_236}]}},  # the audit's: stored whole before
+        {"unused_member": "x" * 40_000},
+    ],
+    ids=["jwks", "unknown member"],
+)
+async def test_registration_refuses_a_body_over_its_own_limit(
+    service: RunningService, padding: dict[str, object]
+) -> None:
+    async with service.http() as http:
+        response = await http.post("/register", json={**client_metadata(), **padding})
+    assert response.status_code == 413, response.text[:300]
+    assert response.json()["error"] == "request_too_large"
+    assert await service.rows(OAuthClient) == []
+
+
+async def test_registrations_are_capped_across_addresses_and_replicas(database_url: str) -> None:
+    """Every /64 has its own per-address allowance, so only a count in the database bounds them all."""
+    settings = {"oauth_registrations_per_hour": 3, "trusted_proxies": ["127.0.0.1"]}
+    async with run_service(database_url, **settings) as a:
+        async with a.runtime.sessions() as session, session.begin():
+            session.add_all(
+                [
+                    OAuthClient(client_id="past-the-hour", info_json="{}", created_at=utcnow() - 61 * MINUTE),
+                    OAuthClient(client_id="in-the-hour", info_json="{}", created_at=utcnow() - 50 * MINUTE),
+                ]
+            )
+        sock = bound_socket()
+        b_settings = make_settings(database_url, port_of(sock), public_base_url=a.base_url, **settings)
+        async with run_service_on(b_settings, sock) as b, a.http() as to_a, b.http() as to_b:
+            answers = [
+                await http.post(
+                    "/register", json=client_metadata(), headers={"X-Forwarded-For": f"2001:db8:2:{n}::1"}
+                )
+                for n, http in enumerate([to_a, to_b, to_b, to_a])
+            ]
+        assert [answer.status_code for answer in answers] == [201, 201, 429, 429]
+        refused = answers[2]
+        assert refused.json()["error"] == "too_many_requests"
+        # The oldest of the hour's three ages out of it first, 50 minutes after it registered.
+        assert 9 * 60 <= int(refused.headers["retry-after"]) <= 10 * 60
+        assert len(await a.rows(OAuthClient)) == 4
 
 
 async def test_registration_keeps_ordinary_metadata(service: RunningService) -> None:
