@@ -1,7 +1,9 @@
 """Password sign-in as the login form does it: throttled, checked off the database, audited.
 
 The throttle is consulted before any hashing, so a locked account or client costs no argon2 work
-and no database round trip; a wrong password is counted against both and leaves an audit row.
+and no database round trip; a wrong password is counted against both and leaves an audit row. Each
+attempt holds a place in the throttle while its password is checked, so concurrent guesses cannot
+get more passwords checked than failures would allow.
 """
 
 from __future__ import annotations
@@ -33,17 +35,21 @@ class PasswordSignIn:
 
     async def attempt(self, username: str, password: str, client_ip: str | None) -> User | None:
         """The user, or None for a wrong username or password; raises `SignInRefused`."""
-        wait = self._throttle.retry_after(account=username, client_ip=client_ip)
-        if wait is not None:
-            raise SignInRefused(retry_after_seconds=wait, throttled=True)
+        attempt = self._throttle.reserve(account=username, client_ip=client_ip)
+        if isinstance(attempt, int):
+            raise SignInRefused(retry_after_seconds=attempt, throttled=True)
         try:
             user = await identity.authenticate(self._sessions, username, password, self._passwords)
         except HashingBusy as exc:
+            attempt.release()
             raise SignInRefused(retry_after_seconds=exc.retry_after_seconds, throttled=False) from None
+        except BaseException:
+            attempt.release()  # an error or a cancellation decided nothing
+            raise
         if user is not None:
-            self._throttle.succeeded(account=username)
+            attempt.succeeded()
             return user
-        self._throttle.failed(account=username, client_ip=client_ip)
+        attempt.failed()
         await self._audit_failure(username, client_ip)
         return None
 

@@ -491,10 +491,11 @@ class SignInSettings(Section):
     title: ClassVar[str] = "Sign-in throttling"
 
     account_failures: int = Field(default=5, ge=1, le=1000)
-    """Failed sign-ins (wrong password at `/login`, refused requests at `/token`) after which an account is
-    locked out (429 with `Retry-After`), per replica."""
+    """Failed sign-ins (wrong password at `/login`) after which an account is locked out (429 with
+    `Retry-After`), per replica; attempts under way count too."""
     ip_failures: int = Field(default=20, ge=1, le=10_000)
-    """Failed sign-ins after which a client address is locked out, per replica."""
+    """Failed sign-ins (at `/login`, refused requests at `/token`) after which a client address is locked
+    out, per replica; attempts under way count too."""
     lockout_seconds: float = Field(default=30.0, ge=1, le=3600)
     """The first lockout; doubled at each further failure."""
     lockout_max_seconds: float = Field(default=900.0, ge=1, le=86_400)
@@ -502,7 +503,8 @@ class SignInSettings(Section):
     failure_memory_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
     """Failures are forgotten after this long without one."""
     throttle_entries: int = Field(default=100_000, ge=100, le=10_000_000)
-    """Accounts and addresses whose sign-in failures each replica remembers at most."""
+    """Accounts and addresses whose sign-in failures (and attempts under way) each replica remembers
+    at most."""
 
 
 class IdentitySettings(Section):

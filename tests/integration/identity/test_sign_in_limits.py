@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -166,6 +167,47 @@ async def test_failed_token_requests_are_throttled_and_audited(database_url: str
         assert int(locked.headers["retry-after"]) >= 1
         refused = await audit_details(service, AuditKind.TOKEN_REQUEST_REFUSED)
         assert refused == [(None, {"client_ip": "127.0.0.1", "status": 400})] * 2
+
+
+async def test_concurrent_wrong_passwords_get_no_more_checks_than_the_account_limit(
+    database_url: str,
+) -> None:
+    async with run_service(database_url, sign_in_account_failures=3, password_hash_queue=100) as service:
+        await service.add_user("victim")
+        async with service.http() as http:
+            fields = await login_form(http)
+            guesses = [post_login(http, fields, "victim", f"guess {n}") for n in range(20)]
+            answers = await asyncio.gather(*guesses)
+        statuses = Counter(answer.status_code for answer in answers)
+        assert set(statuses) <= {401, 429} and 1 <= statuses[401] <= 3, statuses
+        assert all(int(answer.headers["retry-after"]) >= 1 for answer in answers if answer.status_code == 429)
+        # Only the passwords actually checked left a `sign_in_failed` row.
+        assert len(await audit_details(service, AuditKind.SIGN_IN_FAILED)) == statuses[401]
+
+
+async def test_concurrent_refused_token_requests_get_no_further_than_the_address_limit(
+    database_url: str,
+) -> None:
+    async with run_service(database_url, sign_in_ip_failures=5) as service, service.http() as http:
+        registered = await http.post(
+            "/register",
+            json={"redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"},
+        )
+        assert registered.status_code == 201, registered.text
+        guess = {
+            "grant_type": "authorization_code",
+            "client_id": registered.json()["client_id"],
+            "code": "mcp_code_guessed",
+            "redirect_uri": "http://127.0.0.1:9/cb",
+            "code_verifier": "v" * 64,
+        }
+        answers = await asyncio.gather(*(http.post("/token", data=guess) for _ in range(40)))
+        statuses = Counter(answer.status_code for answer in answers)
+        assert set(statuses) <= {400, 429} and 1 <= statuses[400] <= 5, statuses
+        assert all(int(answer.headers["retry-after"]) >= 1 for answer in answers if answer.status_code == 429)
+        # Refusals beyond the limit were not handled, so they left no audit row either.
+        refused = await audit_details(service, AuditKind.TOKEN_REQUEST_REFUSED)
+        assert refused == [(None, {"client_ip": "127.0.0.1", "status": 400})] * statuses[400]
 
 
 async def _failed_login_ip(service: RunningService, forwarded_for: str) -> str:
