@@ -9,7 +9,9 @@ recently used evicted first.
 
 An attempt reserves a place on each of its keys before it is checked (`reserve`), so concurrent
 attempts cannot overtake the failures they would record: attempts under way plus failures on record
-stay within a key's threshold, and after a lockout one attempt at a time.
+stay within a key's threshold, and after a lockout one attempt at a time. A browser that signed in
+to an account before (a known device) is counted on its own (account, device) key instead of the
+account's, so a stranger's failures cannot lock the account's owner out of a browser they use.
 
 `AddressRateLimiter` is the other kind: a plain rate per client address, every request counted.
 """
@@ -83,9 +85,14 @@ class SignInThrottle:
         self._clock = clock
         self._entries: OrderedDict[Key, _Failures] = OrderedDict()
 
-    def _keys(self, account: str | None, client_ip: str | None) -> list[tuple[Key, int]]:
+    def _keys(
+        self, account: str | None, client_ip: str | None, device: str | None = None
+    ) -> list[tuple[Key, int]]:
         keys: list[tuple[Key, int]] = []
-        if account is not None:
+        if account is not None and device is not None:
+            # Device ids are URL-safe base64, so no two (account, device) pairs share a key.
+            keys.append((("device", f"{account}\x00{device}"), self._policy.account_failures))
+        elif account is not None:
             keys.append((("account", account), self._policy.account_failures))
         if client_ip is not None:
             keys.append((("ip", ip_key(client_ip)), self._policy.ip_failures))
@@ -104,10 +111,15 @@ class SignInThrottle:
         while len(self._entries) > self._policy.max_entries:
             self._entries.popitem(last=False)
 
-    def reserve(self, *, account: str | None, client_ip: str | None) -> Attempt | int:
-        """A place for one attempt on each key, or the whole seconds to wait when a key has none."""
+    def reserve(
+        self, *, account: str | None, client_ip: str | None, device: str | None = None
+    ) -> Attempt | int:
+        """A place for one attempt on each key, or the whole seconds to wait when a key has none.
+
+        `device` names a known device of `account`: the attempt then counts against that pair,
+        not against the account as a whole."""
         now = self._clock()
-        keys = self._keys(account, client_ip)
+        keys = self._keys(account, client_ip, device)
         waits: list[float] = []
         for key, threshold in keys:
             entry = self._live(key, now)
@@ -137,7 +149,7 @@ class SignInThrottle:
             if outcome == "failed":
                 self._record_failure(key, threshold, now)
             elif outcome == "succeeded" and key[0] != "ip":
-                self._entries.pop(key, None)  # the account's failures are cleared
+                self._entries.pop(key, None)  # the account's (or the device's) failures are cleared
             elif entry is not None and entry.count == 0 and entry.in_flight == 0:
                 del self._entries[key]  # nothing left to remember
         self._evict()
@@ -170,7 +182,7 @@ class SignInThrottle:
         self._evict()
 
     def __len__(self) -> int:
-        """Keys (accounts and addresses) with failures or attempts under way on record."""
+        """Keys (accounts, known devices and addresses) with failures or attempts under way on record."""
         return len(self._entries)
 
     def succeeded(self, *, account: str) -> None:
@@ -190,7 +202,7 @@ class Attempt:
         self._settle("failed")
 
     def succeeded(self) -> None:
-        """Gives the places back and clears the account's failures."""
+        """Gives the places back and clears the account's (or the device's) failures."""
         self._settle("succeeded")
 
     def release(self) -> None:

@@ -492,7 +492,8 @@ class SignInSettings(Section):
 
     account_failures: int = Field(default=5, ge=1, le=1000)
     """Failed sign-ins (wrong password at `/login`) after which an account is locked out (429 with
-    `Retry-After`), per replica; attempts under way count too."""
+    `Retry-After`) for browsers without its known-device cookie; a browser with one has an allowance of
+    its own. Per replica; attempts under way count too."""
     ip_failures: int = Field(default=20, ge=1, le=10_000)
     """Failed sign-ins (at `/login`, refused requests at `/token`) after which a client address is locked
     out, per replica; attempts under way count too."""
@@ -503,8 +504,11 @@ class SignInSettings(Section):
     failure_memory_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
     """Failures are forgotten after this long without one."""
     throttle_entries: int = Field(default=100_000, ge=100, le=10_000_000)
-    """Accounts and addresses whose sign-in failures (and attempts under way) each replica remembers
-    at most."""
+    """Accounts, known devices and addresses whose sign-in failures (and attempts under way) each
+    replica remembers at most."""
+    known_device_days: int = Field(default=60, ge=1, le=365)
+    """Lifetime of the known-device cookie a successful sign-in sets; with it, a browser's sign-ins
+    are throttled per (account, browser) and not locked out by others' failures at that account."""
 
 
 class IdentitySettings(Section):

@@ -101,6 +101,26 @@ def test_after_a_lockout_one_attempt_at_a_time() -> None:
     assert throttle.reserve(account="ann", client_ip=None) == 60
 
 
+def test_a_known_device_is_counted_apart_from_the_account() -> None:
+    throttle = SignInThrottle(POLICY, Clock())
+    for n in range(3):
+        stranger = throttle.reserve(account="ann", client_ip=f"192.0.2.{n}")
+        assert isinstance(stranger, Attempt)
+        stranger.failed()
+    assert throttle.reserve(account="ann", client_ip="198.51.100.1") == 30
+    owner = throttle.reserve(account="ann", client_ip="198.51.100.1", device="d1")
+    assert isinstance(owner, Attempt)
+    owner.succeeded()
+    # The owner's success does not unlock the account for browsers it does not know.
+    assert throttle.reserve(account="ann", client_ip="198.51.100.1") == 30
+    for _ in range(3):
+        typo = throttle.reserve(account="ann", client_ip="198.51.100.1", device="d1")
+        assert isinstance(typo, Attempt)
+        typo.failed()
+    assert throttle.reserve(account="ann", client_ip="198.51.100.1", device="d1") == 30
+    assert isinstance(throttle.reserve(account="ann", client_ip="198.51.100.1", device="d2"), Attempt)
+
+
 def test_settled_attempts_leave_no_entries_and_reservations_are_bounded() -> None:
     throttle = SignInThrottle(POLICY, Clock())
     attempt = throttle.reserve(account="ann", client_ip="192.0.2.1")
