@@ -40,6 +40,7 @@ from service.health.endpoints import router as health_router
 from service.health.readiness import Readiness
 from service.identity.client_registration import MAX_REGISTRATION_BODY_BYTES, REGISTRATION_PATH
 from service.identity.endpoints import router as identity_router
+from service.identity.known_device import KnownDevices
 from service.identity.oauth_provider import DatabaseOAuthProvider, StoredAccessToken
 from service.identity.oauth_routes import router as oauth_router
 from service.identity.oidc.endpoints import router as oidc_router
@@ -309,7 +310,12 @@ async def _start_runtime(
         webhook_rejections=AuditSampler(settings.stripe.webhook_rejection_audit_seconds),
         page_audits=AuditSampler(settings.paywall.page_audit_seconds),
         passwords=passwords,
-        sign_in=PasswordSignIn(sessions, passwords, sign_in_throttle),
+        sign_in=PasswordSignIn(
+            sessions,
+            passwords,
+            sign_in_throttle,
+            KnownDevices(secret_key, max_age_seconds=settings.sign_in.known_device_days * 86_400),
+        ),
         sign_in_throttle=sign_in_throttle,
         client_addresses=ClientAddresses(parse_networks(settings.http.trusted_proxies)),
         token_verifier=external.verifier if external else StoredTokenVerifier(oauth),

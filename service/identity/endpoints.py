@@ -36,6 +36,7 @@ from service.dependencies import (
 from service.identity import service as identity
 from service.identity.client_auth import HashedSecretAuthenticator
 from service.identity.client_registration import redirect_uri_problem
+from service.identity.known_device import DEVICE_COOKIE
 from service.identity.models import User
 from service.identity.oauth_forms import UnreadableForm, invalid_request, read_form
 from service.identity.oauth_provider import MAX_AUTHZ_LENGTH, DatabaseOAuthProvider, PendingAuthorization
@@ -151,9 +152,11 @@ async def login_submit(
     previous: BrowserSessionSecret,
     username: Annotated[str, Form(max_length=150)],
     password: Annotated[str, Form(max_length=1024)],
+    request: Request,
 ) -> Response:
+    device_cookie = request.cookies.get(cookies.name(DEVICE_COOKIE))
     try:
-        user = await sign_in.attempt(username, password, client_ip)
+        user = await sign_in.attempt(username, password, client_ip, device_cookie)
     except SignInRefused as refused:
         page = _login_page(
             form_pages,
@@ -186,6 +189,9 @@ async def login_submit(
     )
     response = RedirectResponse(target, status_code=303)
     cookies.set(response, SESSION_COOKIE, secret, max_age=ttl)
+    # This browser is now known for this account: others' failures no longer lock it out.
+    devices = sign_in.devices
+    cookies.set(response, DEVICE_COOKIE, devices.issue(username), max_age=devices.max_age_seconds)
     return response
 
 

@@ -5,7 +5,13 @@ seconds, doubled with each further failure up to `lockout_max`; a key with no fa
 `memory` seconds is forgotten, and a successful sign-in clears its account. While locked, even the
 right password is refused, without a hash being computed, so a lockout costs the service nothing.
 State lives in this process (per replica), in a table bounded to `max_entries` keys, the least
-recently failed evicted first.
+recently used evicted first.
+
+An attempt reserves a place on each of its keys before it is checked (`reserve`), so concurrent
+attempts cannot overtake the failures they would record: attempts under way plus failures on record
+stay within a key's threshold, and after a lockout one attempt at a time. A browser that signed in
+to an account before (a known device) is counted on its own (account, device) key instead of the
+account's, so a stranger's failures cannot lock the account's owner out of a browser they use.
 
 `AddressRateLimiter` is the other kind: a plain rate per client address, every request counted.
 """
@@ -18,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from ipaddress import IPv6Address, ip_address, ip_network
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from service.settings import SignInSettings
@@ -32,6 +38,11 @@ class _Failures:
     count: int
     last: float
     locked_until: float
+    in_flight: int = 0  # attempts reserved and not yet settled
+
+
+Key = tuple[str, str]
+Outcome = Literal["failed", "succeeded", "released"]
 
 
 @dataclass(frozen=True)
@@ -72,22 +83,87 @@ class SignInThrottle:
     def __init__(self, policy: ThrottlePolicy, clock: Callable[[], float] = time.monotonic) -> None:
         self._policy = policy
         self._clock = clock
-        self._entries: OrderedDict[tuple[str, str], _Failures] = OrderedDict()
+        self._entries: OrderedDict[Key, _Failures] = OrderedDict()
 
-    def _keys(self, account: str | None, client_ip: str | None) -> list[tuple[tuple[str, str], int]]:
-        keys: list[tuple[tuple[str, str], int]] = []
-        if account is not None:
+    def _keys(
+        self, account: str | None, client_ip: str | None, device: str | None = None
+    ) -> list[tuple[Key, int]]:
+        keys: list[tuple[Key, int]] = []
+        if account is not None and device is not None:
+            # Device ids are URL-safe base64, so no two (account, device) pairs share a key.
+            keys.append((("device", f"{account}\x00{device}"), self._policy.account_failures))
+        elif account is not None:
             keys.append((("account", account), self._policy.account_failures))
         if client_ip is not None:
             keys.append((("ip", ip_key(client_ip)), self._policy.ip_failures))
         return keys
 
-    def _live(self, key: tuple[str, str], now: float) -> _Failures | None:
+    def _live(self, key: Key, now: float) -> _Failures | None:
         entry = self._entries.get(key)
         if entry is not None and now - entry.last > self._policy.memory_seconds:
-            del self._entries[key]
-            return None
+            if entry.in_flight == 0:
+                del self._entries[key]
+                return None
+            entry.count, entry.locked_until = 0, 0.0  # forgotten; its attempts under way still hold places
         return entry
+
+    def _evict(self) -> None:
+        while len(self._entries) > self._policy.max_entries:
+            self._entries.popitem(last=False)
+
+    def reserve(
+        self, *, account: str | None, client_ip: str | None, device: str | None = None
+    ) -> Attempt | int:
+        """A place for one attempt on each key, or the whole seconds to wait when a key has none.
+
+        `device` names a known device of `account`: the attempt then counts against that pair,
+        not against the account as a whole."""
+        now = self._clock()
+        keys = self._keys(account, client_ip, device)
+        waits: list[float] = []
+        for key, threshold in keys:
+            entry = self._live(key, now)
+            if entry is None:
+                continue
+            if entry.locked_until > now:
+                waits.append(entry.locked_until - now)
+            elif entry.in_flight >= max(1, threshold - entry.count):
+                waits.append(1.0)  # the attempts under way decide whether the key locks
+        if waits:
+            return max(1, math.ceil(max(waits)))
+        for key, _ in keys:
+            entry = self._live(key, now) or _Failures(count=0, last=now, locked_until=0.0)
+            entry.in_flight += 1
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+        self._evict()
+        return Attempt(self, keys)
+
+    def settle(self, keys: list[tuple[Key, int]], outcome: Outcome) -> None:
+        """Ends an attempt reserved on `keys`; `Attempt` calls it."""
+        now = self._clock()
+        for key, threshold in keys:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.in_flight = max(0, entry.in_flight - 1)
+            if outcome == "failed":
+                self._record_failure(key, threshold, now)
+            elif outcome == "succeeded" and key[0] != "ip":
+                self._entries.pop(key, None)  # the account's (or the device's) failures are cleared
+            elif entry is not None and entry.count == 0 and entry.in_flight == 0:
+                del self._entries[key]  # nothing left to remember
+        self._evict()
+
+    def _record_failure(self, key: Key, threshold: int, now: float) -> None:
+        entry = self._live(key, now) or _Failures(count=0, last=now, locked_until=0.0)
+        entry.count += 1
+        entry.last = now
+        if entry.count >= threshold:
+            doublings = min(entry.count - threshold, _MAX_DOUBLINGS)
+            lockout = min(self._policy.lockout_max_seconds, self._policy.lockout_seconds * 2**doublings)
+            entry.locked_until = now + lockout
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
 
     def retry_after(self, *, account: str | None, client_ip: str | None) -> int | None:
         """Whole seconds until the account and the IP may try again, or None if both may now."""
@@ -102,24 +178,41 @@ class SignInThrottle:
     def failed(self, *, account: str | None, client_ip: str | None) -> None:
         now = self._clock()
         for key, threshold in self._keys(account, client_ip):
-            entry = self._live(key, now) or _Failures(count=0, last=now, locked_until=0.0)
-            entry.count += 1
-            entry.last = now
-            if entry.count >= threshold:
-                doublings = min(entry.count - threshold, _MAX_DOUBLINGS)
-                lockout = min(self._policy.lockout_max_seconds, self._policy.lockout_seconds * 2**doublings)
-                entry.locked_until = now + lockout
-            self._entries[key] = entry
-            self._entries.move_to_end(key)
-        while len(self._entries) > self._policy.max_entries:
-            self._entries.popitem(last=False)
+            self._record_failure(key, threshold, now)
+        self._evict()
 
     def __len__(self) -> int:
-        """Keys (accounts and addresses) with failures on record."""
+        """Keys (accounts, known devices and addresses) with failures or attempts under way on record."""
         return len(self._entries)
 
     def succeeded(self, *, account: str) -> None:
         self._entries.pop(("account", account), None)
+
+
+class Attempt:
+    """A reserved attempt; settle it once with `failed`, `succeeded` or `release`."""
+
+    def __init__(self, throttle: SignInThrottle, keys: list[tuple[Key, int]]) -> None:
+        self._throttle = throttle
+        self._keys = keys
+        self._settled = False
+
+    def failed(self) -> None:
+        """Turns the places into failures on every key."""
+        self._settle("failed")
+
+    def succeeded(self) -> None:
+        """Gives the places back and clears the account's (or the device's) failures."""
+        self._settle("succeeded")
+
+    def release(self) -> None:
+        """Gives the places back, counting nothing: the attempt was not decided."""
+        self._settle("released")
+
+    def _settle(self, outcome: Outcome) -> None:
+        if not self._settled:
+            self._settled = True
+            self._throttle.settle(self._keys, outcome)
 
 
 class AddressRateLimiter:

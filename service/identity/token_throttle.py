@@ -2,7 +2,9 @@
 
 A token request the handler refuses (400 or 401: a wrong code, refresh token or client secret) counts
 as a failure against the client IP and leaves an audit row; a locked-out IP is answered 429 with
-`Retry-After` before the handler reads the request.
+`Retry-After` before the handler reads the request. Each request holds a place on its address while
+it is handled, so concurrent requests cannot outnumber the failures the address has left: one beyond
+is answered 429 without being handled or audited.
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ class TokenRequestThrottle:
             await self.app(scope, receive, send)
             return
         client_ip = runtime.client_addresses.of(scope)
-        throttle = runtime.sign_in_throttle
-        wait = throttle.retry_after(account=None, client_ip=client_ip)
-        if wait is not None:
+        attempt = runtime.sign_in_throttle.reserve(account=None, client_ip=client_ip)
+        if isinstance(attempt, int):
             response = JSONResponse(
                 {"error": "invalid_request", "error_description": "too many failed token requests"},
                 status_code=429,
-                headers={"Retry-After": str(wait), "Cache-Control": "no-store"},
+                headers={"Retry-After": str(attempt), "Cache-Control": "no-store"},
             )
             await response(scope, receive, send)
             return
@@ -43,9 +44,12 @@ class TokenRequestThrottle:
             # The failure is counted and audited before the response ends, so a client that has
             # read the answer cannot race the throttle with its next guess.
             nonlocal refused_with
-            if message["type"] == "http.response.start" and message["status"] in _REFUSED_STATUSES:
-                refused_with = message["status"]
-                throttle.failed(account=None, client_ip=client_ip)
+            if message["type"] == "http.response.start":
+                if message["status"] in _REFUSED_STATUSES:
+                    refused_with = message["status"]
+                    attempt.failed()
+                else:
+                    attempt.release()
             elif refused_with and message["type"] == "http.response.body" and not message.get("more_body"):
                 async with runtime.sessions() as session, session.begin():
                     await record(
@@ -53,4 +57,7 @@ class TokenRequestThrottle:
                     )
             await send(message)
 
-        await self.app(scope, receive, observed)
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            attempt.release()  # a request that ended without a response decided nothing

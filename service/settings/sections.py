@@ -494,10 +494,12 @@ class SignInSettings(Section):
     title: ClassVar[str] = "Sign-in throttling"
 
     account_failures: int = Field(default=5, ge=1, le=1000)
-    """Failed sign-ins (wrong password at `/login`, refused requests at `/token`) after which an account is
-    locked out (429 with `Retry-After`), per replica."""
+    """Failed sign-ins (wrong password at `/login`) after which an account is locked out (429 with
+    `Retry-After`) for browsers without its known-device cookie; a browser with one has an allowance of
+    its own. Per replica; attempts under way count too."""
     ip_failures: int = Field(default=20, ge=1, le=10_000)
-    """Failed sign-ins after which a client address is locked out, per replica."""
+    """Failed sign-ins (at `/login`, refused requests at `/token`) after which a client address is locked
+    out, per replica; attempts under way count too."""
     lockout_seconds: float = Field(default=30.0, ge=1, le=3600)
     """The first lockout; doubled at each further failure."""
     lockout_max_seconds: float = Field(default=900.0, ge=1, le=86_400)
@@ -505,7 +507,11 @@ class SignInSettings(Section):
     failure_memory_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
     """Failures are forgotten after this long without one."""
     throttle_entries: int = Field(default=100_000, ge=100, le=10_000_000)
-    """Accounts and addresses whose sign-in failures each replica remembers at most."""
+    """Accounts, known devices and addresses whose sign-in failures (and attempts under way) each
+    replica remembers at most."""
+    known_device_days: int = Field(default=60, ge=1, le=365)
+    """Lifetime of the known-device cookie a successful sign-in sets; with it, a browser's sign-ins
+    are throttled per (account, browser) and not locked out by others' failures at that account."""
 
 
 class IdentitySettings(Section):

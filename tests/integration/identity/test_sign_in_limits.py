@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.audit.models import AuditEvent
 from service.audit.service import AuditKind, record
 from service.db.metadata import utcnow
+from service.identity.known_device import DEVICE_COOKIE
 from service.identity.models import BrowserSession
 from tests.support.polling import until
 from tests.support.service import DEFAULT_PASSWORD, RunningService, run_service
@@ -166,6 +168,83 @@ async def test_failed_token_requests_are_throttled_and_audited(database_url: str
         assert int(locked.headers["retry-after"]) >= 1
         refused = await audit_details(service, AuditKind.TOKEN_REQUEST_REFUSED)
         assert refused == [(None, {"client_ip": "127.0.0.1", "status": 400})] * 2
+
+
+async def test_a_known_browser_signs_in_while_a_strangers_failures_lock_the_account(
+    database_url: str,
+) -> None:
+    settings = {"trusted_proxies": ["127.0.0.1/32"], "sign_in_account_failures": 3}
+    async with run_service(database_url, **settings) as service:
+        await service.add_user("alice")
+        await service.add_user("bob")
+        home, away = {"X-Forwarded-For": "198.51.100.2"}, {"X-Forwarded-For": "203.0.113.9"}
+        async with service.http() as alice, service.http() as bob, service.http() as stranger:
+            alice_form, bob_form, stranger_form = [await login_form(http) for http in (alice, bob, stranger)]
+            assert (await post_login(alice, alice_form, "alice", DEFAULT_PASSWORD, **home)).status_code == 303
+            assert (await post_login(bob, bob_form, "bob", DEFAULT_PASSWORD, **home)).status_code == 303
+            device = alice.cookies.get(DEVICE_COOKIE) or ""
+            for n in range(3):
+                guess = await post_login(stranger, stranger_form, "alice", f"guess {n}", **away)
+                assert guess.status_code == 401
+            # Without a known-device cookie the account stays locked, from any address.
+            for headers in (away, home):
+                locked = await post_login(stranger, stranger_form, "alice", DEFAULT_PASSWORD, **headers)
+                assert locked.status_code == 429 and int(locked.headers["retry-after"]) >= 1
+            # Alice's browser, known for her account, still signs in.
+            again = await post_login(alice, alice_form, "alice", DEFAULT_PASSWORD, **home)
+            assert again.status_code == 303 and again.headers["location"] == "/account"
+            # Bob's browser is known for bob only, and a tampered cookie is no cookie at all.
+            assert (await post_login(bob, bob_form, "alice", DEFAULT_PASSWORD, **home)).status_code == 429
+            assert len(device) > 8
+            stranger.cookies.set(DEVICE_COOKIE, device[:-4] + ("AAAA" if device[-4:] != "AAAA" else "BBBB"))
+            forged = await post_login(stranger, stranger_form, "alice", DEFAULT_PASSWORD, **home)
+            assert forged.status_code == 429
+            # A known browser has its own limit: its own failures lock it out, and only it.
+            for n in range(3):
+                assert (await post_login(alice, alice_form, "alice", f"typo {n}", **home)).status_code == 401
+            assert (await post_login(alice, alice_form, "alice", DEFAULT_PASSWORD, **home)).status_code == 429
+            assert (await post_login(bob, bob_form, "bob", DEFAULT_PASSWORD, **home)).status_code == 303
+
+
+async def test_concurrent_wrong_passwords_get_no_more_checks_than_the_account_limit(
+    database_url: str,
+) -> None:
+    async with run_service(database_url, sign_in_account_failures=3, password_hash_queue=100) as service:
+        await service.add_user("victim")
+        async with service.http() as http:
+            fields = await login_form(http)
+            guesses = [post_login(http, fields, "victim", f"guess {n}") for n in range(20)]
+            answers = await asyncio.gather(*guesses)
+        statuses = Counter(answer.status_code for answer in answers)
+        assert set(statuses) <= {401, 429} and 1 <= statuses[401] <= 3, statuses
+        assert all(int(answer.headers["retry-after"]) >= 1 for answer in answers if answer.status_code == 429)
+        # Only the passwords actually checked left a `sign_in_failed` row.
+        assert len(await audit_details(service, AuditKind.SIGN_IN_FAILED)) == statuses[401]
+
+
+async def test_concurrent_refused_token_requests_get_no_further_than_the_address_limit(
+    database_url: str,
+) -> None:
+    async with run_service(database_url, sign_in_ip_failures=5) as service, service.http() as http:
+        registered = await http.post(
+            "/register",
+            json={"redirect_uris": ["http://127.0.0.1:9/cb"], "token_endpoint_auth_method": "none"},
+        )
+        assert registered.status_code == 201, registered.text
+        guess = {
+            "grant_type": "authorization_code",
+            "client_id": registered.json()["client_id"],
+            "code": "mcp_code_guessed",
+            "redirect_uri": "http://127.0.0.1:9/cb",
+            "code_verifier": "v" * 64,
+        }
+        answers = await asyncio.gather(*(http.post("/token", data=guess) for _ in range(40)))
+        statuses = Counter(answer.status_code for answer in answers)
+        assert set(statuses) <= {400, 429} and 1 <= statuses[400] <= 5, statuses
+        assert all(int(answer.headers["retry-after"]) >= 1 for answer in answers if answer.status_code == 429)
+        # Refusals beyond the limit were not handled, so they left no audit row either.
+        refused = await audit_details(service, AuditKind.TOKEN_REQUEST_REFUSED)
+        assert refused == [(None, {"client_ip": "127.0.0.1", "status": 400})] * statuses[400]
 
 
 async def _failed_login_ip(service: RunningService, forwarded_for: str) -> str:

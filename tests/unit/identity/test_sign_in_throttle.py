@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.identity.throttle import SignInThrottle, ThrottlePolicy, ip_key
+from service.identity.throttle import Attempt, SignInThrottle, ThrottlePolicy, ip_key
 
 POLICY = ThrottlePolicy(
     account_failures=3,
@@ -72,3 +72,62 @@ def test_ipv6_clients_share_their_slash_64() -> None:
     assert ip_key("2001:db8:1:2::1") == ip_key("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
     assert ip_key("::ffff:192.0.2.7") == "192.0.2.7"
     assert ip_key("192.0.2.7") == "192.0.2.7"
+
+
+def test_attempts_under_way_hold_places_up_to_the_threshold() -> None:
+    throttle = SignInThrottle(POLICY, Clock())
+    attempts = [throttle.reserve(account="ann", client_ip="192.0.2.1") for _ in range(4)]
+    held = [attempt for attempt in attempts if isinstance(attempt, Attempt)]
+    assert len(held) == 3 and attempts[3] == 1  # the fourth waits for the three under way
+    held[0].release()
+    retry = throttle.reserve(account="ann", client_ip="192.0.2.1")
+    assert isinstance(retry, Attempt)  # a released place is free again
+    for attempt in [*held[1:], retry]:
+        attempt.failed()
+    assert throttle.retry_after(account="ann", client_ip=None) == 30  # the three places became failures
+
+
+def test_after_a_lockout_one_attempt_at_a_time() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(POLICY, clock)
+    for _ in range(3):
+        throttle.failed(account="ann", client_ip=None)
+    assert throttle.reserve(account="ann", client_ip=None) == 30
+    clock.now += 30
+    first = throttle.reserve(account="ann", client_ip=None)
+    assert isinstance(first, Attempt)
+    assert throttle.reserve(account="ann", client_ip=None) == 1
+    first.failed()
+    assert throttle.reserve(account="ann", client_ip=None) == 60
+
+
+def test_a_known_device_is_counted_apart_from_the_account() -> None:
+    throttle = SignInThrottle(POLICY, Clock())
+    for n in range(3):
+        stranger = throttle.reserve(account="ann", client_ip=f"192.0.2.{n}")
+        assert isinstance(stranger, Attempt)
+        stranger.failed()
+    assert throttle.reserve(account="ann", client_ip="198.51.100.1") == 30
+    owner = throttle.reserve(account="ann", client_ip="198.51.100.1", device="d1")
+    assert isinstance(owner, Attempt)
+    owner.succeeded()
+    # The owner's success does not unlock the account for browsers it does not know.
+    assert throttle.reserve(account="ann", client_ip="198.51.100.1") == 30
+    for _ in range(3):
+        typo = throttle.reserve(account="ann", client_ip="198.51.100.1", device="d1")
+        assert isinstance(typo, Attempt)
+        typo.failed()
+    assert throttle.reserve(account="ann", client_ip="198.51.100.1", device="d1") == 30
+    assert isinstance(throttle.reserve(account="ann", client_ip="198.51.100.1", device="d2"), Attempt)
+
+
+def test_settled_attempts_leave_no_entries_and_reservations_are_bounded() -> None:
+    throttle = SignInThrottle(POLICY, Clock())
+    attempt = throttle.reserve(account="ann", client_ip="192.0.2.1")
+    assert isinstance(attempt, Attempt) and len(throttle) == 2
+    attempt.succeeded()
+    attempt.failed()  # an attempt settles once
+    assert len(throttle) == 0
+    held = [throttle.reserve(account=f"spray{n}", client_ip=None) for n in range(500)]
+    assert all(isinstance(attempt, Attempt) for attempt in held)
+    assert len(throttle) <= POLICY.max_entries
