@@ -383,7 +383,7 @@ def create_app(
             http_requests.target = runtime.metrics
             stack.callback(setattr, http_requests, "target", None)
             mcp = runtime.mcp
-            mcp_http = build_mcp_app(mcp, settings, runtime.token_verifier)
+            mcp_http = build_mcp_app(mcp, settings, runtime.token_verifier, runtime.client_addresses)
             app.state.mcp_http = mcp_http  # its session ledger and stream store, for tests and probes
             mcp_http.sessions.on_end(runtime.notifier.release)
             if mcp_http.events is not None:

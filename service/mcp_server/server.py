@@ -32,6 +32,7 @@ from service.mcp_server.repeated_headers import RepeatedHeaderRefusal
 from service.mcp_server.requests_in_flight import HandlingInFlight, RequestsInFlight, UserRequestLimit
 from service.mcp_server.unknown_prompts import UnknownPrompts
 from service.settings import McpSettings, Settings
+from service.web.client_address import ClientAddresses
 
 
 def _auth(
@@ -126,7 +127,9 @@ def event_store(mcp: McpSettings) -> SessionEventStore | None:
     )
 
 
-def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier) -> McpHttp:
+def build_mcp_app(
+    server: MCPServer, settings: Settings, verifier: TokenVerifier, addresses: ClientAddresses
+) -> McpHttp:
     """The SDK's Streamable HTTP app (which also creates `server.session_manager`), and `/mcp` built
     from the SDK's public pieces with ours between them: behind authentication, the refusal of
     repeated routing headers, the per-user caps on requests in flight and on sessions, then the
@@ -163,5 +166,5 @@ def build_mcp_app(server: MCPServer, settings: Settings, verifier: TokenVerifier
     server.middleware.insert(0, HandlingInFlight())
     # Repeated routing headers are refused first: the layers after it and the SDK see one of each.
     limits = UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight)
-    endpoint = bearer_protected(RepeatedHeaderRefusal(limits), verifier, auth)
+    endpoint = bearer_protected(RepeatedHeaderRefusal(limits), verifier, auth, addresses)
     return McpHttp(app=app, endpoint=endpoint, sessions=sessions, in_flight=in_flight, events=events)

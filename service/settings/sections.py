@@ -564,6 +564,15 @@ class OidcSettings(Section):
     callbacks_per_address_per_hour: int = Field(default=30, ge=1, le=100_000)
     """Sign-in answers at `/oidc/callback` one client address may have redeemed at the issuer per hour
     (each is a token request with our client's secret), on each replica; past it `429`."""
+    introspection_refusal_seconds: float = Field(default=30.0, ge=1, le=3600)
+    """With `OIDC_INTROSPECTION`: how long a token the issuer refused is refused again without asking
+    it, on each replica (up to 10,000 tokens, by digest)."""
+    introspections_per_address_per_minute: int = Field(default=30, ge=1, le=100_000)
+    """With `OIDC_INTROSPECTION`: introspections of not-yet-known tokens one client address may cause
+    per minute (each is a request with our client's secret), on each replica; past it `429`."""
+    introspections_in_flight: int = Field(default=32, ge=1, le=10_000)
+    """With `OIDC_INTROSPECTION`: introspections waiting on the issuer at once, on each replica; past
+    it a not-yet-known token is answered `503` at once."""
 
     @model_validator(mode="after")
     def _issuer_needs_its_client(self) -> OidcSettings:

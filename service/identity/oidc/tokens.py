@@ -17,6 +17,7 @@ from joserfc.errors import JoseError
 from joserfc.jwt import JWTClaimsRegistry
 
 from service.identity.oidc.discovery import JwksCache
+from service.identity.oidc.introspection_limits import IntrospectionLimits
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +98,10 @@ class JwtAccessTokens:
 
 
 class IntrospectedTokens:
-    """RFC 7662 with our client credentials; the answer must be active, unexpired and for our audience."""
+    """RFC 7662 with our client credentials; the answer must be active, unexpired and for our audience.
+
+    Asking is bounded by `limits`: a refused token is not asked about again for a while, and each
+    client address and the replica have a budget (past them `IntrospectionRefused` is raised)."""
 
     def __init__(
         self,
@@ -108,23 +112,36 @@ class IntrospectedTokens:
         audience: str,
         client_id: str,
         client_secret: str,
+        limits: IntrospectionLimits,
     ) -> None:
         self._http = http
+        self._limits = limits
         self._endpoint = endpoint
         self._issuer = issuer
         self._audience = audience
         self._auth = httpx.BasicAuth(client_id, client_secret)
 
     async def validate(self, token: str) -> ExternalToken | None:
+        if self._limits.was_refused(token):
+            return None
         try:
-            response = await self._http.post(
-                self._endpoint, data={"token": token, "token_type_hint": "access_token"}, auth=self._auth
-            )
+            async with self._limits.admitted():
+                response = await self._http.post(
+                    self._endpoint, data={"token": token, "token_type_hint": "access_token"}, auth=self._auth
+                )
             response.raise_for_status()
             answer = response.json()
         except (httpx.HTTPError, ValueError) as exc:
+            # Not remembered: the issuer, not the token, failed, and may answer the next request.
             logger.warning("token introspection at %s failed: %s", self._endpoint, type(exc).__name__)
             return None
+        accepted = self._accepted(answer)
+        if accepted is None:
+            self._limits.refused(token)
+        return accepted
+
+    def _accepted(self, answer: object) -> ExternalToken | None:
+        """The token an introspection `answer` describes, if it is one for us."""
         if not isinstance(answer, dict) or answer.get("active") is not True:
             return None
         try:

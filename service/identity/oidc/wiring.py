@@ -11,6 +11,7 @@ from service.db.engine import SessionFactory
 from service.identity.oauth_provider import DatabaseOAuthProvider
 from service.identity.oidc.discovery import DiscoveryError, JwksCache, discover
 from service.identity.oidc.identities import ExternalIdentities
+from service.identity.oidc.introspection_limits import IntrospectionLimits
 from service.identity.oidc.login import CALLBACK_PATH, OidcLogin
 from service.identity.oidc.tokens import IntrospectedTokens, JwtAccessTokens
 from service.identity.oidc.verifier import ExternalTokenVerifier, TokenValidator
@@ -61,6 +62,11 @@ async def start_external_identity(
             audience=audience,
             client_id=oidc.client_id,
             client_secret=client_secret,
+            limits=IntrospectionLimits(
+                refusal_seconds=oidc.introspection_refusal_seconds,
+                per_address_per_minute=oidc.introspections_per_address_per_minute,
+                max_in_flight=oidc.introspections_in_flight,
+            ),
         )
     else:
         validator = JwtAccessTokens(

@@ -16,7 +16,7 @@ from joserfc import jws
 
 from service.identity.models import User
 from service.identity.oidc.models import ExternalIdentity
-from tests.support.mcp_http import post_initialize
+from tests.support.mcp_http import ACCEPT, INITIALIZE, post_initialize
 from tests.support.oidc_provider import (
     CLI_CLIENT_ID,
     OidcProvider,
@@ -52,6 +52,21 @@ def claims_for(provider: OidcProvider, service: RunningService, **changes: Any) 
 
 async def status_with(service: RunningService, token: str) -> int:
     return (await post_initialize(service, f"Bearer {token}"))[0]
+
+
+INTROSPECTION_PATH = "/token/introspection"  # oidc-provider's default
+
+
+async def introspections(provider: OidcProvider) -> int:
+    return await provider.requests_served("POST", INTROSPECTION_PATH)
+
+
+async def initialize_from(service: RunningService, token: str, address: str) -> tuple[int, dict[str, str]]:
+    """`initialize` with `token`, from `address` as a trusted proxy in front of the service says."""
+    headers = {"Authorization": f"Bearer {token}", "Accept": ACCEPT, "X-Forwarded-For": address}
+    async with service.http() as http:
+        response = await http.post("/mcp", headers=headers, json=INITIALIZE)
+    return response.status_code, dict(response.headers)
 
 
 async def test_protected_resource_metadata_names_the_issuer(stack: Stack) -> None:
@@ -194,3 +209,48 @@ async def test_opaque_tokens_by_introspection(database_url: str, tmp_path: Path)
         other = await provider.client_credentials_token("https://other-api.example/")
         assert await status_with(service, other) == 401
         assert await status_with(service, "not-a-token-the-provider-issued") == 401
+
+
+async def test_a_refused_token_is_introspected_once(database_url: str, tmp_path: Path) -> None:
+    async with run_service_with_provider(
+        database_url,
+        tmp_path,
+        keys=[new_signing_key("k1")],
+        access_token_format="opaque",
+        oidc_introspection=True,
+    ) as (provider, service):
+        before = await introspections(provider)
+        for _ in range(5):
+            assert await status_with(service, "made-up-token") == 401
+        assert await introspections(provider) == before + 1
+        # A genuine token is still introspected once, then served from the cache of accepted ones.
+        token = await provider.user_access_token("opal", service.mcp_url)
+        for _ in range(3):
+            assert await status_with(service, token) == 200
+        assert await introspections(provider) == before + 2
+
+
+async def test_introspections_are_budgeted_per_client_address(database_url: str, tmp_path: Path) -> None:
+    async with run_service_with_provider(
+        database_url,
+        tmp_path,
+        keys=[new_signing_key("k1")],
+        access_token_format="opaque",
+        oidc_introspection=True,
+        oidc_introspections_per_address_per_minute=3,
+        trusted_proxies=["127.0.0.1"],
+    ) as (provider, service):
+        attacker, neighbour = "198.51.100.1", "198.51.100.2"
+        token = await provider.user_access_token("opal", service.mcp_url)
+        before = await introspections(provider)
+        statuses = [(await initialize_from(service, f"made-up-{n}", attacker))[0] for n in range(10)]
+        assert statuses == [401] * 3 + [429] * 7
+        assert await introspections(provider) == before + 3
+        status, headers = await initialize_from(service, "made-up-10", attacker)
+        assert status == 429 and int(headers["retry-after"]) >= 1
+        # Another address's budget is its own: its genuine token is introspected and accepted.
+        assert (await initialize_from(service, token, neighbour))[0] == 200
+        assert await introspections(provider) == before + 4
+        # Once accepted, the token is served from the cache, even from the exhausted address.
+        assert (await initialize_from(service, token, attacker))[0] == 200
+        assert await introspections(provider) == before + 4
