@@ -210,10 +210,21 @@ class Settings(BaseSettings):
             problems.append("SECRET_KEY is the development default or shorter than 32 characters")
         if DEV_WEBHOOK_SECRET in self.stripe.webhook_secrets:
             problems.append("STRIPE_WEBHOOK_SECRET is the development default")
+        if not self.stripe.webhook_secrets or not all(
+            secret.startswith("whsec_") for secret in self.stripe.webhook_secrets
+        ):
+            problems.append(
+                "STRIPE_WEBHOOK_SECRET must name Stripe signing secrets (whsec_...): no webhook would verify"
+            )
         if DEV_REQUEST_STATE_KEY in self.mcp.request_state_keys:
             problems.append("REQUEST_STATE_KEYS is the development default")
         if self.stripe.uses_sandbox:
             problems.append("STRIPE_SECRET_KEY is the built-in sandbox key")
+        elif not self.stripe.is_live and not self.stripe.allow_test_mode:
+            problems.append(
+                "STRIPE_SECRET_KEY is not a live key (sk_live_/rk_live_): test cards would unlock paid tools "
+                "(a staging deployment sets STRIPE_ALLOW_TEST_MODE=true)"
+            )
         if not self.password_hashing.meets_owasp_minimum:
             problems.append(
                 "PASSWORD_HASH_MEMORY_KIB and PASSWORD_HASH_TIME_COST are below OWASP's argon2id minimum "

@@ -31,6 +31,10 @@ class ConfigurationError(Exception):
     """The settings are unsafe for the chosen environment; the message says what to change."""
 
 
+# What the SDK's request-state sealing requires of each key.
+MIN_REQUEST_STATE_KEY_BYTES = 32
+
+
 def _split_csv(value: object) -> object:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -259,6 +263,25 @@ class McpSettings(Section):
         _split_csv
     )
 
+    @field_validator("request_state_keys")
+    @classmethod
+    def _strong_keys(cls, keys: list[str]) -> list[str]:
+        # The SDK refuses these too, but only once the app starts, with a traceback.
+        if not keys:
+            raise ValueError("REQUEST_STATE_KEYS needs at least one key")
+        for number, key in enumerate(keys, start=1):
+            if len(key.encode()) < MIN_REQUEST_STATE_KEY_BYTES:
+                raise ValueError(
+                    f"REQUEST_STATE_KEYS key {number} is shorter than {MIN_REQUEST_STATE_KEY_BYTES} bytes "
+                    '(make one with: python -c "import secrets; print(secrets.token_hex(32))")'
+                )
+        return keys
+
+
+def key_is_live(secret_key: str) -> bool:
+    """Whether a Stripe API key acts in live mode (`sk_live_`, `rk_live_`); anything else is test."""
+    return secret_key.startswith(("sk_live_", "rk_live_"))
+
 
 class StripeSettings(Section):
     model_config = section_config("stripe_")
@@ -280,7 +303,16 @@ class StripeSettings(Section):
     """At most one audit row per webhook rejection reason per this many seconds; the metric counts them
     all."""
 
+    allow_test_mode: bool = False
+    """Let `ENVIRONMENT=production` run on a Stripe test-mode key (a staging deployment): Stripe's
+    test cards then unlock paid tools, so never where real users are."""
+
     _split = field_validator("webhook_secrets", mode="before")(_split_csv)
+
+    @property
+    def is_live(self) -> bool:
+        """Whether the secret key acts in Stripe's live mode."""
+        return key_is_live(self.secret_key.get_secret_value())
 
     @property
     def uses_sandbox(self) -> bool:

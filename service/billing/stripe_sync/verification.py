@@ -10,6 +10,7 @@ import stripe
 from service.billing.stripe_sync.stripe_events import MalformedEvent, StripeEventData
 from service.json_bounds import JsonTooDeep, loads_bounded
 from service.settings import StripeSettings
+from service.settings.sections import key_is_live
 
 SIGNATURE_TOLERANCE_SECONDS = 300
 
@@ -42,11 +43,6 @@ class WebhookRejected(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-def key_is_live(secret_key: str) -> bool:
-    """Whether a Stripe API key acts in live mode (`sk_live_`, `rk_live_`); anything else is test."""
-    return secret_key.startswith(("sk_live_", "rk_live_"))
 
 
 class _AmbiguousTimestamp(Exception):

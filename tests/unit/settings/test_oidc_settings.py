@@ -14,7 +14,7 @@ SAFE_PRODUCTION: dict[str, Any] = {
     "environment": "production",
     "public_base_url": "https://mcp.example.com",
     "secret_key": "s" * 40,
-    "stripe_secret_key": "sk_test_realish",
+    "stripe_secret_key": "sk_live_realish",
     "stripe_webhook_secret": "whsec_a",
     "request_state_keys": "a-production-request-state-key-of-32-bytes",
 }

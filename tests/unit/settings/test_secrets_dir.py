@@ -25,12 +25,17 @@ def settings() -> Settings:
 
 def test_a_file_in_the_directory_sets_a_secret_setting(secrets_dir: Path) -> None:
     (secrets_dir / "SECRET_KEY").write_text("k" * 40 + "\n")  # kubectl keeps a file's newline
-    (secrets_dir / "REQUEST_STATE_KEYS").write_text("new-key,old-key")
+    (secrets_dir / "REQUEST_STATE_KEYS").write_text(
+        "new-key-of-at-least-32-bytes-long,old-key-of-at-least-32-bytes-long"
+    )
 
     config = settings()
 
     assert config.http.secret_key.get_secret_value() == "k" * 40
-    assert config.mcp.request_state_keys == ["new-key", "old-key"]
+    assert config.mcp.request_state_keys == [
+        "new-key-of-at-least-32-bytes-long",
+        "old-key-of-at-least-32-bytes-long",
+    ]
 
 
 def test_the_environment_wins_over_a_file(secrets_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

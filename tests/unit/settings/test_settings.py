@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from service.settings import DEV_WEBHOOK_SECRET, ConfigurationError, Settings
 
@@ -10,7 +11,7 @@ SAFE_PRODUCTION: dict[str, Any] = {
     "environment": "production",
     "public_base_url": "https://mcp.example.com",
     "secret_key": "s" * 40,
-    "stripe_secret_key": "sk_test_realish",
+    "stripe_secret_key": "sk_live_realish",
     "stripe_webhook_secret": "whsec_a,whsec_b",
     "request_state_keys": "a-production-request-state-key-of-32-bytes",
 }
@@ -44,6 +45,12 @@ def test_production_with_real_secrets_starts() -> None:
         ({"stripe_webhook_secret": DEV_WEBHOOK_SECRET}, "STRIPE_WEBHOOK_SECRET"),
         ({"request_state_keys": "ZGV2LW9ubHktcmVxdWVzdC1zdGF0ZS1rZXktMzJieXQ="}, "REQUEST_STATE_KEYS"),
         ({"stripe_secret_key": "sk_test_sandbox"}, "STRIPE_SECRET_KEY"),
+        ({"stripe_secret_key": "sk_test_realish"}, "STRIPE_SECRET_KEY is not a live key"),
+        ({"stripe_secret_key": "rk_test_realish"}, "STRIPE_SECRET_KEY is not a live key"),
+        ({"stripe_secret_key": ""}, "STRIPE_SECRET_KEY is not a live key"),
+        ({"stripe_webhook_secret": ""}, "STRIPE_WEBHOOK_SECRET must name Stripe signing secrets"),
+        ({"stripe_webhook_secret": " , "}, "STRIPE_WEBHOOK_SECRET must name Stripe signing secrets"),
+        ({"stripe_webhook_secret": "whsec_a,x"}, "STRIPE_WEBHOOK_SECRET must name Stripe signing secrets"),
         ({"password_hash_memory_kib": 8192}, "PASSWORD_HASH_MEMORY_KIB"),
         ({"password_hash_time_cost": 1}, "PASSWORD_HASH_TIME_COST"),
         ({"stripe_api_base": "http://127.0.0.1:8001"}, "STRIPE_API_BASE is set"),
@@ -53,6 +60,27 @@ def test_production_with_real_secrets_starts() -> None:
 def test_production_refuses_unsafe_values(override: dict[str, str], complaint: str) -> None:
     with pytest.raises(ConfigurationError, match=complaint):
         settings(**{**SAFE_PRODUCTION, **override})
+
+
+def test_a_staging_deployment_may_run_production_on_a_test_mode_key() -> None:
+    staging = settings(
+        **{**SAFE_PRODUCTION, "stripe_secret_key": "sk_test_realish", "stripe_allow_test_mode": "true"}
+    )
+    assert not staging.stripe.is_live
+
+
+@pytest.mark.parametrize(
+    ("keys", "complaint"),
+    [
+        ("", "needs at least one key"),
+        ("short-key", "key 1 is shorter than 32 bytes"),
+        ("a-production-request-state-key-of-32-bytes,short", "key 2 is shorter than 32 bytes"),
+    ],
+)
+def test_request_state_keys_are_long_enough_in_every_environment(keys: str, complaint: str) -> None:
+    for environment in ("development", "production"):
+        with pytest.raises(ValidationError, match=complaint):
+            settings(**{**SAFE_PRODUCTION, "environment": environment, "request_state_keys": keys})
 
 
 def test_environment_variables_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
