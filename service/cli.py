@@ -13,6 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
+from pydantic import ValidationError
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service import __version__
@@ -309,6 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings()
     except ConfigurationError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        # Each problem by setting and reason, never with the value given: it may be a secret.
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "settings"
+            print(f"configuration error: {where}: {error['msg']}", file=sys.stderr)
         return 2
 
     if args.command == "serve":

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from service.cli import main
 from service.settings import DEV_WEBHOOK_SECRET, ConfigurationError, Settings
 
 SAFE_PRODUCTION: dict[str, Any] = {
@@ -129,3 +131,16 @@ def test_cli_serve_refuses_a_non_loopback_host_flag_in_development(
     monkeypatch.setenv("PLANS_FILE", "/nonexistent/plans.toml")  # were the host let through: stop there
     assert main(["serve", "--host", "0.0.0.0"]) == 2  # noqa: S104
     assert "refusing to listen on HOST=0.0.0.0" in capsys.readouterr().err
+
+
+def test_an_invalid_setting_is_a_configuration_error_that_hides_the_value(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REQUEST_STATE_KEYS", "secret-but-short")
+    monkeypatch.setenv("ENVIRONMENT", "prod")
+    assert main(["migrate"]) == 2
+    errors = capsys.readouterr().err
+    assert "configuration error: environment: Input should be 'development' or 'production'" in errors
+    assert "configuration error: mcp.request_state_keys: Value error, REQUEST_STATE_KEYS key 1" in errors
+    assert "secret-but-short" not in errors and "Traceback" not in errors
