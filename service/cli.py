@@ -19,8 +19,9 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from service import __version__
 from service.cli_exit_codes import EXIT_LEASE_HELD, EXIT_LOCK_WAIT, EXIT_USAGE_MISMATCH
 from service.db.engine import create_engine_for, create_session_factory
+from service.db.migrations import current_revision
 from service.identity import service as identity
-from service.identity.models import Token
+from service.identity.models import MAX_TOKEN_LABEL_LENGTH, Token
 from service.identity.passwords import PasswordHashing
 from service.settings import ConfigurationError, Settings, listen_problem
 
@@ -69,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     create_token = tokens.add_parser("create", help="create a token for a user; printed once")
     create_token.add_argument("name", help="the user's name")
-    create_token.add_argument("--label", help="what the token is for")
+    create_token.add_argument("--label", type=_token_label, help="what the token is for")
     lifetime = create_token.add_mutually_exclusive_group()
     lifetime.add_argument(
         "--expires-in-days", type=_positive_days, help="default: PERSONAL_TOKEN_TTL_DAYS (90)"
@@ -142,10 +143,21 @@ def _migrate(settings: Settings) -> int:
     return 0
 
 
+def _token_label(value: str) -> str:
+    if len(value) > MAX_TOKEN_LABEL_LENGTH:
+        raise argparse.ArgumentTypeError(f"labels have at most {MAX_TOKEN_LABEL_LENGTH} characters")
+    if any(not character.isprintable() for character in value):
+        raise argparse.ArgumentTypeError("labels cannot hold control characters (tabs, newlines ...)")
+    return value
+
+
 def _with_session(settings: Settings, work: Callable[[AsyncSession], Awaitable[int]]) -> int:
     async def run() -> int:
         engine = create_engine_for(settings.database)
         try:
+            if await current_revision(engine) is None:
+                print("error: the database is not migrated; run `python -m service migrate`", file=sys.stderr)
+                return 2
             async with create_session_factory(engine)() as session, session.begin():
                 return await work(session)
         finally:

@@ -78,6 +78,9 @@ class AuthorizationCode(SQLModel, table=True):
     grant_id: str | None = Field(default=None, max_length=40)
 
 
+MAX_TOKEN_LABEL_LENGTH = 200
+
+
 class Token(SQLModel, table=True):
     """Access, refresh and personal access tokens.
 
@@ -96,7 +99,7 @@ class Token(SQLModel, table=True):
     user_id: str = Field(foreign_key="user_account.id", ondelete="CASCADE", max_length=40, index=True)
     scopes: str = Field(default="", sa_type=Text)
     resource: str | None = Field(default=None, sa_type=Text)
-    label: str | None = Field(default=None, max_length=200)
+    label: str | None = Field(default=None, max_length=MAX_TOKEN_LABEL_LENGTH)
     expires_at: datetime | None = Field(default=None, sa_column=_utc_column(nullable=True))
     revoked_at: datetime | None = Field(default=None, sa_column=_utc_column(nullable=True))
     created_at: datetime = Field(default_factory=utcnow, sa_column=_utc_column())

@@ -124,8 +124,15 @@ def test_cli_reports_clear_errors(tmp_path: Path) -> None:
             check=False,
         )
 
+    unmigrated = run("users", "list")
+    assert unmigrated.returncode == 2 and "the database is not migrated" in unmigrated.stderr
+    assert "Traceback" not in unmigrated.stderr
     assert run("migrate").returncode == 0
     assert run("users", "create", "ivan", "--password-stdin", stdin="long enough\n").returncode == 0
+    long_label = run("tokens", "create", "ivan", "--label", "x" * 201)
+    assert long_label.returncode == 2 and "labels have at most 200 characters" in long_label.stderr
+    tabbed = run("tokens", "create", "ivan", "--label", "a\tb")
+    assert tabbed.returncode == 2 and "control characters" in tabbed.stderr
     duplicate = run("users", "create", "ivan", "--password-stdin", stdin="long enough\n")
     assert duplicate.returncode == 1 and "already exists" in duplicate.stderr
     short = run("users", "create", "judy", "--password-stdin", stdin="short\n")
