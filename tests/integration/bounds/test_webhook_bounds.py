@@ -12,7 +12,8 @@ import pytest
 from service.audit.models import AuditEvent
 from service.billing.models import StripeEvent
 from service.billing.stripe_sync.endpoints import WEBHOOK_PATH
-from service.billing.stripe_sync.verification import WebhookChecks, WebhookRejected, key_is_live, verify_event
+from service.billing.stripe_sync.verification import WebhookChecks, WebhookRejected, verify_event
+from service.settings.sections import key_is_live
 from stripe_sandbox import sign_webhook_payload
 from tests.integration.webhooks.test_stripe_webhook import REFUSED, event_body, post_webhook, signed
 from tests.support.raw_http import post_unfinished
