@@ -57,10 +57,11 @@ class ClientAddressForVerifier:
 
 
 def bearer_protected(
-    app: ASGIApp, verifier: TokenVerifier, auth: AuthSettings, addresses: ClientAddresses
+    app: ASGIApp, verifier: TokenVerifier, auth: AuthSettings, addresses: ClientAddresses | None
 ) -> ASGIApp:
     """`app`, reachable only with a bearer token `verifier` accepts (for this resource, when
-    `auth.validate_token_resource`), with the token's scopes covering `auth.required_scopes`."""
+    `auth.validate_token_resource`), with the token's scopes covering `auth.required_scopes`;
+    `addresses` when the verifier budgets work per client address (introspection), else None."""
     resource = auth.resource_server_url
     required = RequireAuthMiddleware(
         app,
@@ -70,6 +71,5 @@ def bearer_protected(
     backend = BearerAuthBackend(
         verifier, resource_server_url=resource if auth.validate_token_resource else None
     )
-    return ClientAddressForVerifier(
-        AuthenticationMiddleware(AuthContextMiddleware(required), backend=backend), addresses
-    )
+    authenticated = AuthenticationMiddleware(AuthContextMiddleware(required), backend=backend)
+    return authenticated if addresses is None else ClientAddressForVerifier(authenticated, addresses)

@@ -166,5 +166,7 @@ def build_mcp_app(
     server.middleware.insert(0, HandlingInFlight())
     # Repeated routing headers are refused first: the layers after it and the SDK see one of each.
     limits = UserRequestLimit(LegacySessionLimit(transport, sessions), in_flight)
-    endpoint = bearer_protected(RepeatedHeaderRefusal(limits), verifier, auth, addresses)
+    # Only introspection budgets by client address: other verifiers need no address per request.
+    budgeted = addresses if settings.oidc.introspection else None
+    endpoint = bearer_protected(RepeatedHeaderRefusal(limits), verifier, auth, budgeted)
     return McpHttp(app=app, endpoint=endpoint, sessions=sessions, in_flight=in_flight, events=events)
