@@ -175,18 +175,9 @@ class SignInThrottle:
         ]
         return max(1, math.ceil(max(waits))) if waits else None
 
-    def failed(self, *, account: str | None, client_ip: str | None) -> None:
-        now = self._clock()
-        for key, threshold in self._keys(account, client_ip):
-            self._record_failure(key, threshold, now)
-        self._evict()
-
     def __len__(self) -> int:
         """Keys (accounts, known devices and addresses) with failures or attempts under way on record."""
         return len(self._entries)
-
-    def succeeded(self, *, account: str) -> None:
-        self._entries.pop(("account", account), None)
 
 
 class Attempt:

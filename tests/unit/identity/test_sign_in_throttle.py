@@ -22,13 +22,20 @@ class Clock:
         return self.now
 
 
+def fail(throttle: SignInThrottle, *, account: str | None, client_ip: str | None) -> None:
+    """One attempt that the password check refused."""
+    attempt = throttle.reserve(account=account, client_ip=client_ip)
+    assert isinstance(attempt, Attempt), "the attempt was let through"
+    attempt.failed()
+
+
 def test_an_account_is_locked_after_k_failures_until_the_window_passes() -> None:
     clock = Clock()
     throttle = SignInThrottle(POLICY, clock)
     for _ in range(2):
-        throttle.failed(account="ann", client_ip="192.0.2.1")
+        fail(throttle, account="ann", client_ip="192.0.2.1")
         assert throttle.retry_after(account="ann", client_ip="192.0.2.9") is None
-    throttle.failed(account="ann", client_ip="192.0.2.1")
+    fail(throttle, account="ann", client_ip="192.0.2.1")
     assert throttle.retry_after(account="ann", client_ip="192.0.2.9") == 30
     assert throttle.retry_after(account="bob", client_ip="192.0.2.9") is None
     clock.now += 29.5
@@ -40,31 +47,38 @@ def test_an_account_is_locked_after_k_failures_until_the_window_passes() -> None
 def test_each_further_failure_doubles_the_lockout_up_to_the_cap() -> None:
     clock = Clock()
     throttle = SignInThrottle(POLICY, clock)
-    waits = []
+    waits: list[int | None] = []
     for _ in range(6):
-        throttle.failed(account="ann", client_ip=None)
+        if waits and waits[-1] is not None:
+            clock.now += waits[-1]  # the next attempt once the lockout is over
+        fail(throttle, account="ann", client_ip=None)
         waits.append(throttle.retry_after(account="ann", client_ip=None))
     assert waits == [None, None, 30, 60, 120, 120]
 
 
 def test_a_success_clears_the_account_but_not_the_address() -> None:
     throttle = SignInThrottle(POLICY, Clock())
-    for n in range(5):
-        throttle.failed(account=f"user{n}", client_ip="192.0.2.1")
-    throttle.succeeded(account="user4")
+    for n in range(4):
+        fail(throttle, account=f"user{n}", client_ip="192.0.2.1")
+    fail(throttle, account="user4", client_ip=None)
+    success = throttle.reserve(account="user4", client_ip="192.0.2.1")
+    assert isinstance(success, Attempt)
+    success.succeeded()
+    assert throttle.retry_after(account="user4", client_ip=None) is None
+    fail(throttle, account="user5", client_ip="192.0.2.1")  # the address's fifth failure
     assert throttle.retry_after(account="other", client_ip="192.0.2.1") == 30
 
 
 def test_failures_are_forgotten_after_a_quiet_spell_and_the_table_is_bounded() -> None:
     clock = Clock()
     throttle = SignInThrottle(POLICY, clock)
-    throttle.failed(account="ann", client_ip=None)
-    throttle.failed(account="ann", client_ip=None)
+    fail(throttle, account="ann", client_ip=None)
+    fail(throttle, account="ann", client_ip=None)
     clock.now += 3601
-    throttle.failed(account="ann", client_ip=None)
+    fail(throttle, account="ann", client_ip=None)
     assert throttle.retry_after(account="ann", client_ip=None) is None
     for n in range(500):
-        throttle.failed(account=f"spray{n}", client_ip=None)
+        fail(throttle, account=f"spray{n}", client_ip=None)
     assert len(throttle) <= POLICY.max_entries
 
 
@@ -91,7 +105,7 @@ def test_after_a_lockout_one_attempt_at_a_time() -> None:
     clock = Clock()
     throttle = SignInThrottle(POLICY, clock)
     for _ in range(3):
-        throttle.failed(account="ann", client_ip=None)
+        fail(throttle, account="ann", client_ip=None)
     assert throttle.reserve(account="ann", client_ip=None) == 30
     clock.now += 30
     first = throttle.reserve(account="ann", client_ip=None)
