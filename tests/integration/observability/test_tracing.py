@@ -31,10 +31,12 @@ CALLER_SPAN = "b7ad6b7169203331"
 
 
 class Collector:
-    """An OTLP/HTTP trace receiver: keeps every span it is sent."""
+    """An OTLP/HTTP trace receiver: keeps every span it is sent, once. The exporter sends a batch
+    again when an answer is slow to come (at-least-once), so a span seen before is not kept twice."""
 
     def __init__(self) -> None:
         self.spans: list[Span] = []
+        self._seen: set[tuple[bytes, bytes]] = set()
         self.app = Starlette(routes=[Route("/v1/traces", self.receive, methods=["POST"])])
 
     async def receive(self, request: Request) -> Response:
@@ -44,7 +46,10 @@ class Collector:
         export = ExportTraceServiceRequest.FromString(body)
         for resource_spans in export.resource_spans:
             for scope_spans in resource_spans.scope_spans:
-                self.spans.extend(scope_spans.spans)
+                for span in scope_spans.spans:
+                    if (span.trace_id, span.span_id) not in self._seen:
+                        self._seen.add((span.trace_id, span.span_id))
+                        self.spans.append(span)
         return Response(ExportTraceServiceRequest().SerializeToString(), media_type="application/x-protobuf")
 
     def named(self, name: str) -> list[Span]:
