@@ -34,6 +34,9 @@ logger = logging.getLogger("service.gateway")
 
 Progress = ProgressFnT
 MAX_TOOL_PAGES = 100  # a bound on a misbehaving upstream's pagination, not a real-world limit
+# Reading the tools at start-up gets at least this long: a bound chosen for a fast tool's calls
+# should not stop a replica from starting while the upstream (or this machine) is slow to answer.
+MIN_LIST_TOOLS_SECONDS = 10.0
 
 
 class UpstreamUnavailable(Exception):
@@ -81,7 +84,14 @@ class UpstreamClient:
         """A fresh per-call bound on the upstream's answers, over the shared pool."""
         return ResponseLimit(self._transport, self._config.max_response_bytes)
 
-    def _client(self, call: ForwardedCall | None, limit: ResponseLimit, *, mode: str | None = None) -> Client:
+    def _client(
+        self,
+        call: ForwardedCall | None,
+        limit: ResponseLimit,
+        *,
+        timeout: float,
+        mode: str | None = None,
+    ) -> Client:
         headers: dict[str, str] = {}
         if self._config.authorization:
             headers["Authorization"] = self._config.authorization
@@ -93,7 +103,7 @@ class UpstreamClient:
         http = httpx2.AsyncClient(
             transport=limit,
             headers=headers,
-            timeout=httpx2.Timeout(self._config.timeout_seconds),
+            timeout=httpx2.Timeout(timeout),
         )
         chosen = mode or self._mode
         return Client(
@@ -101,16 +111,17 @@ class UpstreamClient:
             streamable_http_client(self._config.url, http_client=http, max_sse_event_size=limit.max_bytes),
             mode=chosen,
             prior_discover=self._discover if chosen not in ("auto", "legacy") else None,
-            read_timeout_seconds=self._config.timeout_seconds,
+            read_timeout_seconds=timeout,
             cache=None,
         )
 
     async def list_tools(self) -> list[t.Tool]:
         """Every tool the upstream offers (all pages); also settles the era later calls use."""
         limit = self._limit()
+        timeout = max(self._config.timeout_seconds, MIN_LIST_TOOLS_SECONDS)
         try:
-            with anyio.fail_after(self._config.timeout_seconds), limit.abort:
-                async with self._client(None, limit, mode="auto") as client:
+            with anyio.fail_after(timeout), limit.abort:
+                async with self._client(None, limit, timeout=timeout, mode="auto") as client:
                     discover = client.session.discover_result
                     self._mode = client.protocol_version if discover is not None else "legacy"
                     self._discover = discover
@@ -149,7 +160,8 @@ class UpstreamClient:
         limit = self._limit()
         try:
             with anyio.fail_after(timeout), limit.abort:
-                async with self._client(ForwardedCall(user_id, name, arguments), limit) as client:
+                call = ForwardedCall(user_id, name, arguments)
+                async with self._client(call, limit, timeout=timeout) as client:
                     return await client.call_tool(name, arguments, progress_callback=progress)
         except Exception as exc:  # transport failures arrive in many shapes
             if limit.refused is None:

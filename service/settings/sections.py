@@ -484,7 +484,8 @@ class GatewaySettings(Section):
     free_tools: CsvList = []
     """Upstream tools served free; a plan's `tools` makes one paid; any other upstream tool is not served."""
     timeout_seconds: float = Field(default=60.0, gt=0)
-    """Bound on each forwarded call, and on reading the upstream's tools at start-up."""
+    """Bound on each forwarded call, and on reading the upstream's tools at start-up (there at least
+    10 s, so that a bound meant for fast calls does not stop a replica from starting)."""
     max_response_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024, le=256 * 1024 * 1024)
     """Most bytes read of one upstream answer (a JSON body, or an SSE stream with its progress
     notifications); a call whose answer goes past it ends with a tool error. At least

@@ -190,6 +190,7 @@ class UpstreamHost:
     hanging: Hanging = field(default_factory=Hanging)
     extra_tool: str | None = None
     json_response: bool = False  # answer each request with one JSON body instead of an SSE stream
+    first_list_delay_seconds: float = 0.0  # how long the first `tools/list` waits to be handled
 
     @property
     def url(self) -> str:
@@ -206,8 +207,38 @@ class UpstreamHost:
             json_response=self.json_response,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        async with serve(self.recorder.wrap(app), self.reserved.listener()):
+        served = self.recorder.wrap(app)
+        if self.first_list_delay_seconds:
+            served = _slow_first_listing(served, self.first_list_delay_seconds)
+        async with serve(served, self.reserved.listener()):
             yield server
+
+
+def _slow_first_listing(app: ASGIApp, delay: float) -> ASGIApp:
+    """`app`, where the first request whose body asks for `tools/list` waits `delay` seconds."""
+    delayed = False
+
+    async def slow(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
+        nonlocal delayed
+        if not delayed and any(b'"tools/list"' in message.get("body", b"") for message in messages):
+            delayed = True
+            await anyio.sleep(delay)  # the slowness under test, not a synchronisation
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await app(scope, replay, send)
+
+    return slow
 
 
 @asynccontextmanager

@@ -255,6 +255,18 @@ async def test_upstream_timeout_is_bounded(
     assert result.is_error and "within 1 s" in text_of(result)
 
 
+async def test_a_slow_tool_listing_at_startup_gets_more_than_the_call_bound(
+    database_url: str, plans_file: Path
+) -> None:
+    async with upstream_host(first_list_delay_seconds=1.5) as slow, slow.running():
+        settings = gateway_settings(slow, plans_file, upstream_timeout_seconds=1.0)
+        async with run_service(database_url, **settings) as service:
+            token = await user_token(service, "sly")
+            async with probed_client(service.mcp_url, token, ClientProbe()) as client:
+                result = await client.call_tool("echo", {"text": "started"})
+    assert text_of(result) == "echo: started"
+
+
 async def test_unreachable_upstream_at_startup_is_a_clear_error(
     database_url: str, upstream: UpstreamHost, plans_file: Path
 ) -> None:
