@@ -16,6 +16,9 @@ from typing import Any
 
 import yaml
 
+# libyaml's safe loader when PyYAML was built with it: the same documents, parsed in C.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 ROOT = Path(__file__).resolve().parents[1]
 SECRET_NAME = "paid-mcp-service-secrets"  # noqa: S105 - a Secret object's name
 SECRET_ENV = {
@@ -129,7 +132,7 @@ def check_secret_files(
 
 
 def check_overlay(rendered: Path, argv: list[list[str]]) -> list[str]:
-    docs = [doc for doc in yaml.safe_load_all(rendered.read_text()) if doc]
+    docs = [doc for doc in yaml.load_all(rendered.read_text(), Loader=SAFE_LOADER) if doc]
     problems: list[str] = []
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for doc in docs:

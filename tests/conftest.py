@@ -47,8 +47,10 @@ def sqlite_templates(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Datab
 
 
 @pytest.fixture
-def database_url(db_templates: DatabaseTemplates, tmp_path: Path) -> str:
-    return db_templates.fresh_url(tmp_path)
+def database_url(db_templates: DatabaseTemplates, tmp_path: Path) -> Iterator[str]:
+    url = db_templates.fresh_url(tmp_path)
+    yield url
+    db_templates.discard(url)
 
 
 @pytest.fixture

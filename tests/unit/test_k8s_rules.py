@@ -18,6 +18,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 Docs = list[dict[str, Any]]
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl renders the overlays")
 
@@ -39,10 +41,10 @@ def rendered() -> str:
 
 
 def problems_after(rendered: str, tmp_path: Path, change: Callable[[Docs], None]) -> list[str]:
-    docs = [doc for doc in yaml.safe_load_all(rendered) if doc]
+    docs = [doc for doc in yaml.load_all(rendered, Loader=SAFE_LOADER) if doc]
     change(docs)
     path = tmp_path / "production.yaml"
-    path.write_text(yaml.safe_dump_all(docs))
+    path.write_text(yaml.dump_all(docs, Dumper=SAFE_DUMPER))
     problems: list[str] = load_checks().check_overlay(path, [])
     return problems
 

@@ -9,6 +9,7 @@ would hide a cycle); and no module uses another module's `_private` names.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -76,53 +77,65 @@ def findings(sources: dict[str, str]) -> list[str]:
     problems: list[str] = []
     graph: dict[str, set[str]] = {}
     for module, source in sorted(sources.items()):
-        tree = ast.parse(source)
-        where = f"stripe_sandbox/{module}.py"
-        if module not in RANK:
-            problems.append(f"{where}: in no layer (add it to LAYERS)")
-            continue
-        module_level = {id(node) for node in tree.body}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                if id(node) not in module_level and not _in_module_level_try(tree, node):
-                    problems.append(f"{where}:{node.lineno}: import inside a function or class")
-                if isinstance(node, ast.Import):
-                    modules = [alias.name for alias in node.names]
-                else:
-                    modules = [node.module or ""] if node.level == 0 else []
-                if any(name.split(".")[0] == "service" for name in modules):
-                    problems.append(f"{where}:{node.lineno}: imports the service")
-        own_modules = {name for _, name, names in own_imports(tree, module) if not names}
-        for line, imported, names in own_imports(tree, module):
-            graph.setdefault(module, set()).add(imported)
-            if imported in RANK and RANK[imported] > RANK[module]:
-                problems.append(
-                    f"{where}:{line}: the {NAMES[RANK[module]]} layer imports {imported} "
-                    f"of the higher {NAMES[RANK[imported]]} layer"
-                )
-            problems += [f"{where}:{line}: imports {imported}.{name}" for name in names if _private(name)]
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and _private(node.attr)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in own_modules
-            ):
-                problems.append(f"{where}:{node.lineno}: uses {node.value.id}.{node.attr}")
+        own_problems, imported = module_findings(module, source)
+        problems += own_problems
+        if imported:
+            graph[module] = set(imported)
     problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in _cycles(graph)]
     return problems
 
 
+@functools.cache
+def module_findings(module: str, source: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """What breaks the rules in one module, and the package's modules it imports. Each case
+    changes one module, so the others' answers are reused."""
+    tree = ast.parse(source)
+    where = f"stripe_sandbox/{module}.py"
+    if module not in RANK:
+        return (f"{where}: in no layer (add it to LAYERS)",), frozenset()
+    problems: list[str] = []
+    module_level = {id(node) for node in tree.body}
+    in_module_level_try = {
+        id(child)
+        for node in tree.body
+        if isinstance(node, ast.Try)
+        for stmt in node.body
+        for child in ast.walk(stmt)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            # An import in a module-level `try` (an optional dependency) is still a module-level one.
+            if id(node) not in module_level and id(node) not in in_module_level_try:
+                problems.append(f"{where}:{node.lineno}: import inside a function or class")
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            else:
+                modules = [node.module or ""] if node.level == 0 else []
+            if any(name.split(".")[0] == "service" for name in modules):
+                problems.append(f"{where}:{node.lineno}: imports the service")
+    own_modules = {name for _, name, names in own_imports(tree, module) if not names}
+    imported_modules: set[str] = set()
+    for line, imported, names in own_imports(tree, module):
+        imported_modules.add(imported)
+        if imported in RANK and RANK[imported] > RANK[module]:
+            problems.append(
+                f"{where}:{line}: the {NAMES[RANK[module]]} layer imports {imported} "
+                f"of the higher {NAMES[RANK[imported]]} layer"
+            )
+        problems += [f"{where}:{line}: imports {imported}.{name}" for name in names if _private(name)]
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and _private(node.attr)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in own_modules
+        ):
+            problems.append(f"{where}:{node.lineno}: uses {node.value.id}.{node.attr}")
+    return tuple(problems), frozenset(imported_modules)
+
+
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
-
-
-def _in_module_level_try(tree: ast.Module, target: ast.AST) -> bool:
-    """An import in a module-level `try` (an optional dependency) is still a module-level one."""
-    return any(
-        isinstance(node, ast.Try) and any(child is target for stmt in node.body for child in ast.walk(stmt))
-        for node in tree.body
-    )
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

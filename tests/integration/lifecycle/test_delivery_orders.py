@@ -242,7 +242,7 @@ def in_order(
     return delivered, reconciled
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_delivery_converges_to_in_order_delivery(
     data: st.DataObject,

@@ -101,6 +101,7 @@ async def cluster(
         await gateway.aclose()
         for reservation in reserved.values():
             reservation.close()
+        pg_templates.discard(database_url)
         if request.node.stash.get(CALL_FAILED, False):
             # CI shows only pytest's output: put what each replica logged next to the failure.
             for replica in made:
