@@ -126,3 +126,15 @@ def test_the_package_and_the_command_report_the_installed_version(capsys: pytest
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"paid-mcp-service {service.__version__}"
+
+
+def test_the_uv_that_installs_the_dev_lock_is_the_one_it_pins() -> None:
+    """`make install` installs uv from requirements-uv.lock, then the dev lock with that uv."""
+    assert pins("requirements-uv.lock") == {"uv": pins("requirements-dev.lock")["uv"]}
+    entry = re.compile(r"^uv==.*\n(?:[ \t]+.*\n?)*", re.MULTILINE)
+    uv_lock, dev_lock = (
+        entry.search((ROOT / lock).read_text()) for lock in ("requirements-uv.lock", "requirements-dev.lock")
+    )
+    assert uv_lock is not None and dev_lock is not None
+    hashes = [set(re.findall(r"sha256:[0-9a-f]{64}", found.group())) for found in (uv_lock, dev_lock)]
+    assert hashes[0] == hashes[1] and len(hashes[0]) > 1
