@@ -393,7 +393,9 @@ def update_dispute(call: Call) -> Obj:
             dispute["metadata"] = merge_metadata(
                 dispute["metadata"], metadata, whole_cleared=params.raw("metadata") == ""
             )
-        return payments.update_dispute(sandbox, dispute, evidence, bool(params.boolean("submit")))
+        # Stripe submits evidence unless told `submit=false`.
+        submit = params.boolean("submit") is not False
+        return payments.update_dispute(sandbox, dispute, evidence, submit)
 
 
 def close_dispute(call: Call) -> Obj:

@@ -46,10 +46,12 @@ _CARDS: dict[str, tuple[str, str, Decline | None]] = {
 # Cards that behave in ways beyond a plain decline: (brand, funding, behaviour).
 #   fail_after_attach: attaching succeeds, every charge is declined;
 #   dispute: the charge succeeds, then the cardholder disputes it;
+#   inquiry: the charge succeeds, then the issuer opens an inquiry (no funds withdrawn yet);
 #   authenticate: an on-session payment needs 3-D Secure; once authenticated, off-session ones pass.
 _SPECIAL: dict[str, tuple[str, str, str]] = {
     "4000000000000341": ("visa", "credit", "fail_after_attach"),
     "4000000000000259": ("visa", "credit", "dispute"),
+    "4000000000001976": ("visa", "credit", "inquiry"),
     "4000002500003155": ("visa", "credit", "authenticate"),
 }
 
@@ -70,6 +72,7 @@ MAGIC_PAYMENT_METHODS: dict[str, str] = {
     "pm_card_chargeDeclinedIncorrectCvc": "4000000000000127",
     "pm_card_chargeCustomerFail": "4000000000000341",
     "pm_card_createDispute": "4000000000000259",
+    "pm_card_createDisputeInquiry": "4000000000001976",
     "pm_card_authenticationRequired": "4000002500003155",
 }
 

@@ -208,7 +208,9 @@ def refund(
     }
 
 
-def dispute(*, id_: str, now: int, charge: Obj, reason: str, amount: int) -> Obj:
+def dispute(*, id_: str, now: int, charge: Obj, reason: str, amount: int, inquiry: bool = False) -> Obj:
+    """A chargeback (funds withdrawn, the charge no longer refundable) or, with `inquiry`, an issuer's
+    inquiry before any chargeback: nothing withdrawn yet and the charge still refundable."""
     evidence_keys = [
         "access_activity_log",
         "billing_address",
@@ -257,16 +259,20 @@ def dispute(*, id_: str, now: int, charge: Obj, reason: str, amount: int) -> Obj
             "past_due": False,
             "submission_count": 0,
         },
-        "is_charge_refundable": False,
+        "is_charge_refundable": inquiry,
         "livemode": False,
         "metadata": {},
         "payment_intent": charge["payment_intent"],
         "payment_method_details": {
-            "card": {"brand": "visa", "case_type": "chargeback", "network_reason_code": "10.4"},
+            "card": {
+                "brand": "visa",
+                "case_type": "inquiry" if inquiry else "chargeback",
+                "network_reason_code": "10.4",
+            },
             "type": "card",
         },
         "reason": reason,
-        "status": "needs_response",
+        "status": "warning_needs_response" if inquiry else "needs_response",
     }
 
 

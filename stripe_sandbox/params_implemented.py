@@ -223,7 +223,7 @@ IMPLEMENTED: dict[str, tuple[str, ...]] = {
         "cvc",
         "three_d_secure",
     ),
-    "POST /v1/test_helpers/charges/{id}/dispute": ("reason",),
+    "POST /v1/test_helpers/charges/{id}/dispute": ("reason", "case_type"),
     "POST /v1/billing/meters": (
         "display_name",
         "event_name",

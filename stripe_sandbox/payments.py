@@ -205,8 +205,8 @@ def confirm(sandbox: Sandbox, payment_intent: Obj, payment_method: Obj, decline:
     if decline is None:
         sandbox.emit("charge.succeeded", charge)
         sandbox.emit("payment_intent.succeeded", payment_intent)
-        if behaviour_of(card) == "dispute":
-            open_dispute(sandbox, charge, "fraudulent")
+        if behaviour_of(card) in ("dispute", "inquiry"):
+            open_dispute(sandbox, charge, "fraudulent", inquiry=behaviour_of(card) == "inquiry")
     else:
         sandbox.emit("charge.failed", charge)
         sandbox.emit("payment_intent.payment_failed", payment_intent)
@@ -251,6 +251,16 @@ def refund_charge(
             code="charge_already_refunded",
             param="charge",
         )
+    if charge["disputed"] and not all(
+        dispute["is_charge_refundable"]
+        for dispute in sandbox.store.newest_first("dispute")
+        if dispute["charge"] == charge["id"]
+    ):
+        raise invalid_request(
+            f"Charge {charge['id']} has been charged back; cannot issue a refund.",
+            code="charge_disputed",
+            param="charge",
+        )
     amount = remaining if amount is None else amount
     if amount <= 0:
         raise invalid_request("Invalid positive integer", param="amount", code="parameter_invalid_integer")
@@ -285,7 +295,9 @@ def _charge_previous(before: Obj, after: Obj) -> Obj:
     return {field: before[field] for field in before if before[field] != after.get(field)}
 
 
-def open_dispute(sandbox: Sandbox, charge: Obj, reason: str) -> Obj:
+def open_dispute(sandbox: Sandbox, charge: Obj, reason: str, *, inquiry: bool = False) -> Obj:
+    """The cardholder disputes the charge: a chargeback withdraws the amount and a fee at once; an
+    inquiry (`inquiry`) withdraws nothing until it escalates (`escalate_inquiry_evidence`)."""
     if charge["status"] != "succeeded":
         raise invalid_request(
             f"Charge {charge['id']} has not succeeded and cannot be disputed.", param="charge"
@@ -298,59 +310,84 @@ def open_dispute(sandbox: Sandbox, charge: Obj, reason: str) -> Obj:
         charge=charge,
         reason=reason,
         amount=charge["amount"] - charge["amount_refunded"],
+        inquiry=inquiry,
     )
-    withdrawn = record_balance(
-        sandbox,
-        amount=-dispute["amount"],
-        currency=charge["currency"],
-        fee=1500,
-        source=dispute["id"],
-        kind="adjustment",
-        description=f"Chargeback withdrawal for {charge['id']}",
-    )
-    dispute["balance_transactions"] = [sandbox.snapshot(sandbox.get("balance_transaction", withdrawn))]
+    if not inquiry:
+        _withdraw(sandbox, dispute)
     sandbox.store.put(dispute)
     charge["disputed"] = True
     sandbox.emit("charge.dispute.created", dispute)
-    sandbox.emit("charge.dispute.funds_withdrawn", dispute)
+    if not inquiry:
+        sandbox.emit("charge.dispute.funds_withdrawn", dispute)
     return dispute
 
 
+def _withdraw(sandbox: Sandbox, dispute: Obj) -> None:
+    withdrawn = record_balance(
+        sandbox,
+        amount=-dispute["amount"],
+        currency=dispute["currency"],
+        fee=DISPUTE_FEE,
+        source=dispute["id"],
+        kind="adjustment",
+        description=f"Chargeback withdrawal for {dispute['charge']}",
+    )
+    dispute["balance_transactions"].append(sandbox.snapshot(sandbox.get("balance_transaction", withdrawn)))
+    dispute["is_charge_refundable"] = False
+
+
+DISPUTE_FEE = 1500
 DISPUTE_EVIDENCE = ("uncategorized_text", "product_description")
+INQUIRY_OPEN = ("warning_needs_response", "warning_under_review")
+DECIDED = ("won", "lost", "warning_closed")
 
 
 def update_dispute(sandbox: Sandbox, dispute: Obj, evidence: dict[str, str], submit: bool) -> Obj:
-    """Evidence, and its submission; in test mode `winning_evidence` / `losing_evidence` as the
-    uncategorized text decide the dispute at once, as on Stripe."""
+    """Evidence, and its submission (Stripe submits unless told `submit=false`). In test mode the
+    uncategorized text decides at once, as on Stripe: `winning_evidence` wins a chargeback and
+    `losing_evidence` loses it, either closes an inquiry (`warning_closed`), and
+    `escalate_inquiry_evidence` turns an inquiry into a chargeback, withdrawing the funds."""
     if dispute["status"] not in ("needs_response", "warning_needs_response"):
         raise invalid_request(f"This dispute is {dispute['status']} and can no longer be updated.")
+    inquiry = dispute["status"] in INQUIRY_OPEN
     before = sandbox.snapshot(dispute)
     dispute["evidence"].update(evidence)
     dispute["evidence_details"]["has_evidence"] = any(
         dispute["evidence"].get(field) for field in DISPUTE_EVIDENCE
     )
+    text = dispute["evidence"].get("uncategorized_text")
+    if inquiry and text == "escalate_inquiry_evidence":
+        dispute["status"] = "needs_response"
+        dispute["payment_method_details"]["card"]["case_type"] = "chargeback"
+        _withdraw(sandbox, dispute)
+        sandbox.emit_updated("charge.dispute.updated", before, dispute)
+        sandbox.emit("charge.dispute.funds_withdrawn", dispute)
+        return dispute
     if submit:
         dispute["evidence_details"]["submission_count"] += 1
-        dispute["status"] = "under_review"
+        dispute["status"] = "warning_under_review" if inquiry else "under_review"
     sandbox.emit_updated("charge.dispute.updated", before, dispute)
-    text = dispute["evidence"].get("uncategorized_text")
     if submit and text in ("winning_evidence", "losing_evidence"):
-        close_dispute(sandbox, dispute, "won" if text == "winning_evidence" else "lost")
+        decided = "warning_closed" if inquiry else "won" if text == "winning_evidence" else "lost"
+        close_dispute(sandbox, dispute, decided)
     return dispute
 
 
-def close_dispute(sandbox: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
-    """Decide the dispute; as on Stripe, the charge stays `disputed` whatever the outcome, and a won
-    one gives the funds back (`charge.dispute.funds_reinstated`) as well as closing."""
-    if dispute["status"] in ("won", "lost"):
+def close_dispute(sandbox: Sandbox, dispute: Obj, status: str | None = None) -> Obj:
+    """Decide the dispute (by default as the merchant accepting it: a chargeback lost, an inquiry
+    closed). As on Stripe the charge stays `disputed` whatever the outcome, and a won chargeback
+    gives the funds back (`charge.dispute.funds_reinstated`) and the charge becomes refundable."""
+    if dispute["status"] in DECIDED:
         raise invalid_request(f"This dispute is already closed ({dispute['status']}).")
+    if status is None:
+        status = "warning_closed" if dispute["status"] in INQUIRY_OPEN else "lost"
     dispute["status"] = status
     if status == "won":
         reinstated = record_balance(
             sandbox,
             amount=dispute["amount"],
             currency=dispute["currency"],
-            fee=-1500,
+            fee=-DISPUTE_FEE,
             source=dispute["id"],
             kind="adjustment",
             description=f"Chargeback reversal for {dispute['charge']}",
@@ -358,6 +395,7 @@ def close_dispute(sandbox: Sandbox, dispute: Obj, status: str = "lost") -> Obj:
         dispute["balance_transactions"].append(
             sandbox.snapshot(sandbox.get("balance_transaction", reinstated))
         )
+        dispute["is_charge_refundable"] = True
     sandbox.emit("charge.dispute.closed", dispute)
     if status == "won":
         sandbox.emit("charge.dispute.funds_reinstated", dispute)

@@ -15,8 +15,9 @@ Routes (all POST, all answer a Stripe-shaped object):
 - `/v1/test_helpers/checkout/sessions/{id}/pay` (`card_number`, `email`, `name`, optional
   `exp`, `cvc`, `three_d_secure=complete|fail` for a 3-D Secure card): pay an open session as the
   hosted page would, without a browser. Declines answer 402 `card_error` (stripe.CardError).
-- `/v1/test_helpers/charges/{id}/dispute` (`reason`): the cardholder disputes the charge (what
-  card 4000 0000 0000 0259 does on Stripe).
+- `/v1/test_helpers/charges/{id}/dispute` (`reason`, `case_type=chargeback|inquiry`): the
+  cardholder disputes the charge (what card 4000 0000 0000 0259 does on Stripe), or with
+  `case_type=inquiry` the issuer opens an inquiry (card 4000 0000 0000 1976).
 Expiring a session and refunding use Stripe's real endpoints (`checkout.sessions.expire`,
 `refunds.create`).
 """
@@ -87,9 +88,10 @@ def pay_session(call: Call) -> Obj:
 
 
 def dispute(call: Call) -> Obj:
-    call.params.reject_unknown(("reason", "expand"))
+    call.params.reject_unknown(("reason", "case_type", "expand"))
     reason = call.params.enum(
         "reason", ("fraudulent", "general", "product_not_received", "subscription_canceled", "duplicate")
     )
+    case_type = call.params.enum("case_type", ("chargeback", "inquiry"))
     charge = call.sandbox.get("charge", call.path["id"])
-    return payments.open_dispute(call.sandbox, charge, reason or "fraudulent")
+    return payments.open_dispute(call.sandbox, charge, reason or "fraudulent", inquiry=case_type == "inquiry")

@@ -33,9 +33,13 @@ from service.billing.stripe_reads import StripeReads
 StripeData = Mapping[str, Any] | stripe.StripeObject
 # How a payment was taken back, when it was: its charge refunded in full, or disputed.
 PaymentReversal = Literal["refunded", "disputed"]
-# Dispute statuses after which the merchant keeps the payment: `charge.disputed` stays true on
-# the charge, so only the dispute's own status tells a won dispute from an open or lost one.
-PAYMENT_STANDS_DISPUTE_STATUSES = frozenset({"won", "warning_closed"})
+# Dispute statuses under which the merchant keeps the payment: a won chargeback, and an issuer's
+# inquiry, open or closed, which withdraws nothing unless it escalates to a chargeback. The charge
+# stays `disputed` through all of them, so only the dispute's own status tells; any other status,
+# one Stripe adds later included, counts as taking the payment.
+PAYMENT_STANDS_DISPUTE_STATUSES = frozenset(
+    {"won", "warning_needs_response", "warning_under_review", "warning_closed"}
+)
 
 
 class PriceNotFound(Exception):
@@ -522,7 +526,8 @@ class StripeGateway:
         return None
 
     async def _dispute_takes_payment(self, charge: StripeData) -> bool:
-        """Whether a dispute of this (disputed) charge is not won: read only for disputed charges."""
+        """Whether a dispute of this (disputed) charge takes its payment (an open, lost or appealed
+        chargeback): read only for disputed charges."""
         charge_id = id_of(charge)
         if charge_id is None:
             return True

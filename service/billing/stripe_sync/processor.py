@@ -45,11 +45,13 @@ SUBSCRIPTION_EVENTS = frozenset(
     {"customer.subscription.created", "customer.subscription.updated", "customer.subscription.deleted"}
 )
 INVOICE_EVENTS = frozenset({"invoice.paid", "invoice.payment_failed"})
-CHARGE_REVERSALS = frozenset({"charge.refunded", "charge.dispute.created"})
+# A dispute opened, or an inquiry escalated to a chargeback (its funds withdrawn only then).
+DISPUTES_TAKING = frozenset({"charge.dispute.created", "charge.dispute.funds_withdrawn"})
+CHARGE_REVERSALS = DISPUTES_TAKING | {"charge.refunded"}
 # A dispute decided (closed won or lost) or its funds given back (won): whether the payment stands
 # is read from Stripe, since the charge stays `disputed` after a win.
 DISPUTES_CLOSED = frozenset({"charge.dispute.closed", "charge.dispute.funds_reinstated"})
-DISPUTE_EVENTS = DISPUTES_CLOSED | {"charge.dispute.created"}
+DISPUTE_EVENTS = DISPUTES_CLOSED | DISPUTES_TAKING
 PAYMENT_EVENTS = CHARGE_REVERSALS | DISPUTES_CLOSED
 CHECKOUT_EXPIRED = "checkout.session.expired"
 # What a Stripe webhook endpoint must send (docs/stripe.md lists them; a test keeps the two equal).
@@ -274,10 +276,8 @@ class WebhookProcessor:
             if event.type in CHARGE_REVERSALS and not isinstance(fresh, FreshSubscription):
                 payment_intent_id = id_of(field_of(obj, "payment_intent"))
                 if isinstance(fresh, FreshPayment) and fresh.reversal is None:
-                    raise EventIgnored("Stripe says the payment stands: its dispute was won")
-                reversal: PaymentReversal = (
-                    "disputed" if event.type == "charge.dispute.created" else "refunded"
-                )
+                    raise EventIgnored("Stripe says the payment stands: its dispute was won or is an inquiry")
+                reversal: PaymentReversal = "disputed" if event.type in DISPUTES_TAKING else "refunded"
                 if reversal == "refunded" and not field_of(obj, "refunded"):
                     raise EventIgnored("a partial refund of a payment keeps what it bought")
                 if payment_intent_id is None:

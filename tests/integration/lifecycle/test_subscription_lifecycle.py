@@ -175,6 +175,22 @@ async def test_a_won_dispute_gives_access_back_for_good(service: RunningService)
     assert await can_use_paid_tool(service, subscriber.token)
 
 
+async def test_an_inquiry_keeps_access_until_it_escalates(service: RunningService) -> None:
+    subscriber = await subscribe(service, "inq")
+    charge = await latest_charge(service, subscriber.customer_id)
+    await service.stripe.raw_request_async(
+        "post", f"/v1/test_helpers/charges/{charge}/dispute", case_type="inquiry"
+    )
+    await service.sandbox.deliver_pending(within=15)
+    assert (await service.stripe.v1.charges.retrieve_async(charge)).disputed, "as on Stripe"
+    assert (await subscription_row(service, subscriber.subscription_id)).access_revoked_reason is None
+    assert await can_use_paid_tool(service, subscriber.token), "an inquiry withdraws no funds"
+
+    await decide_dispute(service, charge, "escalate_inquiry_evidence")
+    assert (await subscription_row(service, subscriber.subscription_id)).access_revoked_reason == "disputed"
+    assert not await can_use_paid_tool(service, subscriber.token)
+
+
 async def test_a_lost_dispute_keeps_access_revoked(service: RunningService) -> None:
     subscriber = await subscribe(service, "los")
     charge = await latest_charge(service, subscriber.customer_id)

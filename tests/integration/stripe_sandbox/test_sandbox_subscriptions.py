@@ -178,6 +178,63 @@ async def test_a_decided_dispute_closes_and_a_won_one_reinstates_the_funds(env: 
     reinstated = await _events(env, "charge.dispute.funds_reinstated")
     assert [event.data.object.status for event in reinstated] == (["won"] if won else [])
     assert (await env.client.v1.charges.retrieve_async(charge.id)).disputed is True, "whatever the outcome"
+    # A won dispute makes the charge refundable again; a lost one keeps it charged back.
+    assert (await env.client.v1.disputes.retrieve_async(dispute.id)).is_charge_refundable is won
+    if won:
+        assert (await env.client.v1.refunds.create_async(params={"charge": charge.id})).status == "succeeded"
+    else:
+        with pytest.raises(stripe.InvalidRequestError) as info:
+            await env.client.v1.refunds.create_async(params={"charge": charge.id})
+        assert info.value.code == "charge_disputed"
+
+
+async def test_an_inquiry_withdraws_nothing_until_it_escalates(env: Env) -> None:
+    sub = (await subscribed(env, card="4000000000001976"))["subscription"]
+    [charge] = (await env.client.v1.charges.list_async(params={"customer": unexpanded(sub.customer)})).data
+    assert charge.disputed is True, "card 1976 opens an inquiry on its charge"
+    [dispute] = (await env.client.v1.disputes.list_async(params={"charge": charge.id})).data
+    assert (dispute.status, dispute.is_charge_refundable, dispute.balance_transactions) == (
+        "warning_needs_response",
+        True,
+        [],
+    )
+    assert [event.data.object.id for event in await _events(env, "charge.dispute.created")] == [dispute.id]
+    assert await _events(env, "charge.dispute.funds_withdrawn") == []
+
+    # Stripe submits evidence unless told not to; this text escalates the inquiry to a chargeback.
+    escalated = await env.client.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": "escalate_inquiry_evidence"}}
+    )
+    assert (escalated.status, escalated.is_charge_refundable) == ("needs_response", False)
+    [withdrawal] = escalated.balance_transactions
+    assert (withdrawal.amount, withdrawal.fee) == (-charge.amount, 1500)
+    [withdrawn] = await _events(env, "charge.dispute.funds_withdrawn")
+    assert (withdrawn.data.object.id, withdrawn.data.object.status) == (dispute.id, "needs_response")
+    [updated] = await _events(env, "charge.dispute.updated")
+    assert updated.data.previous_attributes.status == "warning_needs_response"
+    with pytest.raises(stripe.InvalidRequestError) as info:
+        await env.client.v1.refunds.create_async(params={"charge": charge.id})
+    assert info.value.code == "charge_disputed"
+
+
+@pytest.mark.parametrize("answer", ["winning_evidence", "losing_evidence", "close"])
+async def test_an_answered_or_accepted_inquiry_closes_without_moving_funds(env: Env, answer: str) -> None:
+    sub = (await subscribed(env))["subscription"]
+    [charge] = (await env.client.v1.charges.list_async(params={"customer": unexpanded(sub.customer)})).data
+    inquiry = await env.raw(f"/v1/test_helpers/charges/{charge.id}/dispute", case_type="inquiry")
+    assert isinstance(inquiry, stripe.Dispute) and inquiry.status == "warning_needs_response"
+    if answer == "close":
+        await env.client.v1.disputes.close_async(inquiry.id)
+    else:
+        await env.client.v1.disputes.update_async(
+            inquiry.id, params={"evidence": {"uncategorized_text": answer}}
+        )
+    [closed] = await _events(env, "charge.dispute.closed")
+    assert (closed.data.object.id, closed.data.object.status) == (inquiry.id, "warning_closed")
+    assert await _events(env, "charge.dispute.funds_withdrawn") == []
+    assert await _events(env, "charge.dispute.funds_reinstated") == []
+    assert (await env.client.v1.disputes.retrieve_async(inquiry.id)).balance_transactions == []
+    assert (await env.client.v1.refunds.create_async(params={"charge": charge.id})).status == "succeeded"
 
 
 async def test_billing_portal_session(env: Env) -> None:

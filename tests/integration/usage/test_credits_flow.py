@@ -232,6 +232,38 @@ async def test_a_won_dispute_gives_the_credits_back_once_and_a_lost_one_keeps_th
     assert sorted(entries) == sorted([("purchase", 3), ("spend", -1), ("reversal", -2), *given_back])
 
 
+async def test_an_inquiry_keeps_the_credits_until_it_escalates(small_pack_service: RunningService) -> None:
+    service = small_pack_service
+    await service.add_user("ina")
+    token = (await service.personal_token("ina")).secret
+    probe = ClientProbe()
+    async with probed_client(service.mcp_url, token, probe, mode="legacy") as client:
+        elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
+        checkout_id = await buy_credits(service, elicitation.url, "ina", "calls_3")
+        await probe.wait_for_completion()
+        checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
+        payment_intent = str(checkout.payment_intent)
+        [charge] = (
+            await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})
+        ).data
+        await service.stripe.raw_request_async(
+            "post", f"/v1/test_helpers/charges/{charge.id}/dispute", case_type="inquiry"
+        )
+        await service.sandbox.deliver_pending(within=10)
+        assert await balance_of(service) == 3, "an inquiry withdraws no funds"
+        assert not (await client.call_tool("sql_explain", QUERY)).is_error
+
+        [inquiry] = (await service.stripe.v1.disputes.list_async(params={"charge": charge.id})).data
+        await service.stripe.v1.disputes.update_async(
+            inquiry.id, params={"evidence": {"uncategorized_text": "escalate_inquiry_evidence"}}
+        )
+        await service.sandbox.deliver_pending(within=10)
+        assert await balance_of(service) == 0, "the escalated chargeback takes the two unspent credits"
+        await call_expecting_32042(client, "sql_explain", QUERY)
+    [taken] = await service.rows(CreditEntry, reason="reversal")
+    assert taken.delta == -2 and taken.payment_intent_id == payment_intent
+
+
 @asynccontextmanager
 async def service_without_webhooks(tmp_path: Path, database_url: str) -> AsyncIterator[RunningService]:
     """The service with the small packs, over a sandbox of its own that sends no webhooks."""
