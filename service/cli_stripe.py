@@ -155,7 +155,8 @@ async def reconcile(settings: Settings, *, as_json: bool = False) -> int:
     else:
         print(
             f"checked {report.checkouts} checkout sessions ({report.checkouts_current} already reflected "
-            f"here) and {report.subscriptions} subscriptions; repaired {report.repaired}, "
+            f"here), replayed {report.events_replayed} missed refund or dispute events, and checked "
+            f"{report.subscriptions} subscriptions; repaired {report.repaired}, "
             f"ignored {report.ignored}"
         )
     if not report.ran:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import AsyncGenerator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -579,6 +579,13 @@ class StripeGateway:
         one piece, holding up every request it serves meanwhile (docs/adr/0008-measured-choices.md).
         """
         return self._pages("list_checkout_sessions", "/v1/checkout/sessions", created={"gte": created_since})
+
+    def recent_event_pages(
+        self, created_since: int, types: Iterable[str]
+    ) -> AsyncGenerator[list[StripeData], None]:
+        """Events of these types (at most 20, Stripe's limit) created since then, newest first, a
+        page of up to 100 at a time, as JSON."""
+        return self._pages("list_events", "/v1/events", created={"gte": created_since}, types=sorted(types))
 
     async def _pages(
         self, operation: str, path: str, **params: Any

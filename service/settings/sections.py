@@ -369,10 +369,12 @@ class BillingSettings(Section):
     reconcile_interval_seconds: float = Field(default=600.0, ge=0)
     """How often each replica tries to reconcile with Stripe, one replica at a time; `0`: never."""
     reconcile_lookback_days: int = Field(default=3, ge=1, le=30)
-    """How far back reconciliation reads Checkout Sessions."""
+    """How far back reconciliation reads Checkout Sessions and refund and dispute events (Stripe
+    lists events of the last 30 days)."""
     reconcile_steps_per_second: float = Field(default=5.0, ge=0)
-    """Reconciliation's pace in checkouts or customers a second, one to three Stripe reads each, shared
-    with webhook handling's reads (Stripe allows 25 a second in test mode, 100 live); `0`: unpaced."""
+    """Reconciliation's pace in checkouts, missed events or customers a second, one to three Stripe
+    reads each, shared with webhook handling's reads (Stripe allows 25 a second in test mode, 100
+    live); `0`: unpaced."""
 
 
 class ToolSettings(Section):

@@ -3,7 +3,8 @@
 It applies the same steps as the webhook processor (`StripeStateApplier`), each object in its own
 transaction, under a lease so that when every replica runs it only one does the work. It is a
 background job beside latency-bound webhooks: it reads from Stripe only for checkouts our records
-do not already reflect, keeps to a pace (`Pace`), and renews its lease while a long run lasts.
+do not already reflect and for refund and dispute events never stored here, keeps to a pace
+(`Pace`), and renews its lease while a long run lasts.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any, Literal
 
+import stripe
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from service.billing.events import BillingEvents
 from service.billing.leases import HeldLease, LeaseLost
-from service.billing.models import StripeCustomer, Subscription
+from service.billing.models import StripeCustomer, StripeEvent, Subscription
 from service.billing.pack_sales import PACK_ID_KEY
 from service.billing.stripe_fields import field_of, id_of
 from service.billing.stripe_gateway import StripeData, StripeGateway
@@ -36,6 +38,8 @@ from service.billing.stripe_sync.applier import (
     StripeStateApplier,
 )
 from service.billing.stripe_sync.payment_requests import PaymentRequests
+from service.billing.stripe_sync.processor import PAYMENT_EVENTS
+from service.billing.stripe_sync.stripe_events import MalformedEvent, StripeEventData
 from service.billing.subscriptions import SubscriptionRejected
 from service.billing.usage_models import CreditEntry
 from service.db.engine import SessionFactory
@@ -55,6 +59,9 @@ class ReconcileReport:
     # Of `checkouts`: already reflected here, or naming no elicitation of ours; not read again.
     checkouts_current: int = 0
     subscriptions: int = 0
+    # Refund and dispute events Stripe lists that were never stored here, fed through the webhook
+    # pipeline; each one applied also counts as repaired.
+    events_replayed: int = 0
     repaired: int = 0
     ignored: int = 0
     # Paid credit packs that could not be verified and were not granted: each is logged at ERROR.
@@ -64,6 +71,8 @@ class ReconcileReport:
 
 # How a run ended, as the reconciliation metric counts it.
 RunOutcome = Literal["ran", "lease_lost", "skipped_lease_held", "error"]
+# Feeds one event through the webhook pipeline (`WebhookProcessor.process`).
+ReplayEvent = Callable[[StripeEventData], Awaitable[Outcome]]
 
 
 def lease_holder() -> str:
@@ -78,6 +87,7 @@ class Reconciler:
         applier: StripeStateApplier[Any],
         requests: PaymentRequests[Any],
         events: BillingEvents,
+        replay: ReplayEvent,
         *,
         lookback: timedelta = timedelta(days=3),
         steps_per_second: float = 0,
@@ -89,6 +99,7 @@ class Reconciler:
         self._applier = applier
         self._requests = requests
         self._events = events
+        self._replay = replay
         self._lookback = lookback
         self._pace = Pace(steps_per_second)
         self._lease = HeldLease(sessions, LEASE_NAME, lease_holder(), lease_ttl)
@@ -105,6 +116,7 @@ class Reconciler:
             self._on_progress = on_progress
             try:
                 await self._checkouts(report)
+                await self._payment_events(report)
                 await self._subscriptions(report)
             except LeaseLost:
                 report.lease_lost = True
@@ -182,6 +194,36 @@ class Reconciler:
             source="reconciliation",
         )
         await self._apply(report, step)
+
+    async def _payment_events(self, report: ReconcileReport) -> None:
+        """Refunds and disputes whose every webhook was missed. A credit pack's payment is known to
+        be taken back (or given back, a dispute won) only from these events, so Stripe's own list
+        of them over the lookback is read, and each one never stored here goes through the webhook
+        pipeline, which reads the payment afresh and stores the event (so it is replayed once)."""
+        since = int(time.time() - self._lookback.total_seconds())
+        async with contextlib.aclosing(self._gateway.recent_event_pages(since, PAYMENT_EVENTS)) as pages:
+            while True:
+                await self._next_step(report)  # each page is a Stripe read
+                page = await anext(pages, None)
+                if page is None:
+                    return
+                events = _events_of(page)
+                stored = await self._stored(events)
+                for event in sorted(events, key=lambda event: event.created):  # oldest first
+                    if event.id in stored:
+                        continue
+                    await self._next_step(report)
+                    outcome = await self._replay(event)
+                    report.events_replayed += 1
+                    if outcome.status == "applied":
+                        report.repaired += 1
+
+    async def _stored(self, events: Sequence[StripeEventData]) -> set[str]:
+        async with self._sessions() as session:
+            found = await session.exec(
+                select(StripeEvent.id).where(col(StripeEvent.id).in_([event.id for event in events]))
+            )
+            return set(found.all())
 
     async def _subscriptions(self, report: ReconcileReport) -> None:
         async with self._sessions() as session:
@@ -272,6 +314,17 @@ class Reconciler:
             report.repaired += 1
         for change in outcome.changes:
             await self._events.publish(change)  # the transaction has committed
+
+
+def _events_of(page: list[StripeData]) -> list[StripeEventData]:
+    events: list[StripeEventData] = []
+    for item in page:
+        try:
+            payload = item.to_dict() if isinstance(item, stripe.StripeObject) else dict(item)
+            events.append(StripeEventData.from_json(payload))
+        except MalformedEvent as exc:
+            logger.warning("reconciliation skipped an event Stripe listed: %s", exc)
+    return events
 
 
 def _elicitation_of(checkout: StripeData) -> str | None:

@@ -36,14 +36,16 @@ def build_stripe_sync(
     """`requests`: the payment requests (elicitations) payments settle; `events`: where what
     changed is published once committed."""
     applier = StripeStateApplier(catalog, requests)
+    processor = WebhookProcessor(sessions, gateway, applier, events)
     return StripeSync(
-        processor=WebhookProcessor(sessions, gateway, applier, events),
+        processor=processor,
         reconciler=Reconciler(
             sessions,
             gateway,
             applier,
             requests,
             events,
+            processor.process,
             lookback=timedelta(days=billing.reconcile_lookback_days),
             steps_per_second=billing.reconcile_steps_per_second,
             metrics=metrics,

@@ -30,11 +30,16 @@ async def test_checkout_pages_follow_stripes_cursor(service: RunningService) -> 
 
 async def test_a_reconciliation_after_delivered_webhooks_only_lists(service: RunningService) -> None:
     subscriber = await subscribe(service, "current")
+    [charge] = (await service.stripe.v1.charges.list_async(params={"customer": subscriber.customer_id})).data
+    await service.stripe.v1.refunds.create_async(params={"charge": charge.id, "amount": 100})
+    await service.sandbox.deliver_pending(within=15)
     service.sandbox.request_log.clear()
     report = await service.runtime.reconciler.run()
     assert (report.checkouts, report.checkouts_current, report.repaired) == (1, 1, 0)
+    assert report.events_replayed == 0, "the refund's event was delivered and stored"
     reads = sorted(set(service.sandbox.request_log))
     assert ("GET", "/v1/checkout/sessions") in reads
+    assert ("GET", "/v1/events") in reads
     assert ("GET", "/v1/subscriptions") in reads, "the customer's subscriptions are still re-read"
     assert ("GET", f"/v1/subscriptions/{subscriber.subscription_id}") not in reads, (
         "the webhook already applied the checkout: its subscription is not read for it"

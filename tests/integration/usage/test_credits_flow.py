@@ -303,6 +303,60 @@ async def test_reconciliation_grants_credits_whose_webhook_was_missed(
         assert await balance_of(service) == 2, "reconciling again grants nothing more"
 
 
+async def win_dispute(service: RunningService, charge_id: str) -> None:
+    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge_id})).data
+    await service.stripe.v1.disputes.update_async(
+        dispute.id, params={"evidence": {"uncategorized_text": "winning_evidence"}}
+    )
+
+
+@pytest.mark.parametrize("reversal", ["refund", "dispute", "dispute won"])
+async def test_reconciliation_applies_refunds_and_disputes_whose_webhooks_were_missed(
+    tmp_path: Path, database_url: str, reversal: str
+) -> None:
+    async with service_without_webhooks(tmp_path, database_url) as service:
+        await service.add_user("pia")
+        token = (await service.personal_token("pia")).secret
+        async with probed_client(service.mcp_url, token, ClientProbe(), mode="legacy") as client:
+            elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
+            checkout_id = await buy_credits(service, elicitation.url, "pia", "calls_3")
+            await service.runtime.reconciler.run()
+            assert not (await client.call_tool("sql_explain", QUERY)).is_error
+            assert await balance_of(service) == 2
+            checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
+            payment_intent = str(checkout.payment_intent)
+            [charge] = (
+                await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})
+            ).data
+            if reversal == "refund":
+                await service.stripe.v1.refunds.create_async(params={"payment_intent": payment_intent})
+            else:
+                await service.stripe.raw_request_async(
+                    "post", f"/v1/test_helpers/charges/{charge.id}/dispute"
+                )
+            if reversal == "dispute won":
+                await win_dispute(service, charge.id)
+
+            report = await service.runtime.reconciler.run()
+            replayed = {"refund": 1, "dispute": 2, "dispute won": 4}[reversal]
+            assert report.events_replayed == replayed, (
+                "refund, or dispute opened, withdrawn (closed, reinstated)"
+            )
+            if reversal == "dispute won":
+                assert report.repaired == 0, "a dispute already won took nothing"
+                assert await balance_of(service) == 2
+            else:
+                assert await balance_of(service) == 0, "the two unspent credits are taken back"
+                await call_expecting_32042(client, "sql_explain", QUERY)
+            if reversal == "dispute":
+                await win_dispute(service, charge.id)
+                won = await service.runtime.reconciler.run()
+                assert won.events_replayed == 2, "the dispute closed, its funds reinstated"
+                assert await balance_of(service) == 2, "the won dispute gives the two credits back"
+        again = await service.runtime.reconciler.run()
+        assert (again.events_replayed, again.repaired) == (0, 0), "a replayed event is stored: never again"
+
+
 async def test_a_purchase_refunded_before_its_grant_is_applied_grants_nothing_lasting(
     tmp_path: Path, database_url: str
 ) -> None:
