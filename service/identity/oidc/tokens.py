@@ -8,9 +8,10 @@ minted for another API of the same issuer is not a token for us.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 from joserfc import jws, jwt
 from joserfc.errors import JoseError
@@ -18,6 +19,7 @@ from joserfc.jwt import JWTClaimsRegistry
 
 from service.identity.oidc.discovery import JwksCache
 from service.identity.oidc.introspection_limits import IntrospectionLimits
+from service.identity.secrets import digest
 
 logger = logging.getLogger(__name__)
 
@@ -97,11 +99,23 @@ class JwtAccessTokens:
         return _external_token(self._issuer, decoded.claims)
 
 
+@dataclass
+class _Asking:
+    """One introspection under way, which requests for the same token wait for."""
+
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answered: bool = False
+    result: ExternalToken | None = None
+
+
 class IntrospectedTokens:
     """RFC 7662 with our client credentials; the answer must be active, unexpired and for our audience.
 
     Asking is bounded by `limits`: a refused token is not asked about again for a while, and each
-    client address and the replica have a budget (past them `IntrospectionRefused` is raised)."""
+    client address and the replica have a budget (past them `IntrospectionRefused` is raised).
+    Requests for a token already being asked about wait for that answer instead of asking again, so
+    a client's burst with a new token costs one introspection and one place in its budget; if the
+    one asking is refused a place or cancelled before an answer, the others ask for themselves."""
 
     def __init__(
         self,
@@ -120,10 +134,27 @@ class IntrospectedTokens:
         self._issuer = issuer
         self._audience = audience
         self._auth = httpx.BasicAuth(client_id, client_secret)
+        # By the token's digest; an entry lives only while its introspection is under way.
+        self._asking: dict[str, _Asking] = {}
 
     async def validate(self, token: str) -> ExternalToken | None:
+        key = digest(token)
+        while (asking := self._asking.get(key)) is not None:
+            await asking.done.wait()
+            if asking.answered:
+                return asking.result
         if self._limits.was_refused(token):
             return None
+        asking = self._asking[key] = _Asking()
+        try:
+            asking.result = await self._ask(token)
+            asking.answered = True
+            return asking.result
+        finally:
+            del self._asking[key]
+            asking.done.set()
+
+    async def _ask(self, token: str) -> ExternalToken | None:
         try:
             async with self._limits.admitted():
                 response = await self._http.post(

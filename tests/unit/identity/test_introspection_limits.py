@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from service.identity.oidc.introspection_limits import IntrospectionLimits, IntrospectionRefused
-from service.identity.oidc.tokens import IntrospectedTokens
+from service.identity.oidc.tokens import ExternalToken, IntrospectedTokens
 
 ISSUER = "https://issuer.example"
 AUDIENCE = "https://mcp.example/mcp"
@@ -79,3 +79,56 @@ async def test_only_the_issuers_refusals_are_remembered() -> None:
     assert await tokens.validate("bad") is None
     assert await tokens.validate("bad") is None
     assert asked == 3
+
+
+async def test_concurrent_requests_for_one_token_share_one_introspection() -> None:
+    arrived, release = asyncio.Event(), asyncio.Event()
+    asked: list[bytes] = []
+
+    async def issuer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.content)
+        arrived.set()
+        await release.wait()
+        return active()
+
+    tokens = introspected(issuer, max_in_flight=1)
+    burst = [asyncio.create_task(tokens.validate("fresh")) for _ in range(20)]
+    await arrived.wait()
+    # Past the cap of one in flight, yet the others wait for that answer instead of being refused.
+    release.set()
+    answers = await asyncio.gather(*burst)
+    assert all(answer is not None and answer.subject == "ada" for answer in answers)
+    assert len(asked) == 1
+    # Only while it is under way: a later request for the token asks again.
+    assert await tokens.validate("fresh") is not None
+    assert len(asked) == 2
+
+
+async def test_the_others_ask_for_themselves_when_the_one_asking_gives_up() -> None:
+    first_arrived, never = asyncio.Event(), asyncio.Event()
+    asked = 0
+
+    async def issuer(_: httpx.Request) -> httpx.Response:
+        nonlocal asked
+        asked += 1
+        if asked == 1:
+            first_arrived.set()
+            await never.wait()  # the first asker's client hangs up while the issuer thinks
+        return active()
+
+    tokens = introspected(issuer)
+    first = asyncio.create_task(tokens.validate("fresh"))
+    await first_arrived.wait()
+    follower_started = asyncio.Event()
+
+    async def follow() -> ExternalToken | None:
+        follower_started.set()
+        # Runs without a pause up to its wait for the introspection under way.
+        return await tokens.validate("fresh")
+
+    waiting = asyncio.create_task(follow())
+    await follower_started.wait()
+    first.cancel()
+    answer = await waiting
+    assert answer is not None and answer.subject == "ada"
+    assert asked == 2
