@@ -4,15 +4,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+from mcp_types import JSONRPCMessage, JSONRPCResponse
 
+from service.mcp_server.event_store import SessionEventStore
 from tests.support.mcp_http import ACCEPT, INITIALIZE, legacy_session
 from tests.support.service import RunningService, run_service
 
@@ -115,17 +119,42 @@ async def resumed_response(session: Session, last_event_id: str, request_id: int
     return None
 
 
-async def test_a_post_stream_is_primed_and_a_lost_response_is_replayed(database_url: str) -> None:
+def response_stored(
+    store: SessionEventStore, request_id: int, monkeypatch: pytest.MonkeyPatch
+) -> asyncio.Event:
+    """Set once the store holds the response to `request_id`. Resuming before that would race the
+    SDK's hand-over from replaying to live messages, not test the replay."""
+    stored = asyncio.Event()
+    store_event = store.store_event
+
+    async def observed(stream_id: str, message: JSONRPCMessage | None) -> str:
+        event_id = await store_event(stream_id, message)
+        if isinstance(message, JSONRPCResponse) and message.id == request_id:
+            stored.set()
+        return event_id
+
+    monkeypatch.setattr(store, "store_event", observed)
+    return stored
+
+
+async def test_a_post_stream_is_primed_and_a_lost_response_is_replayed(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with (
         run_service(database_url, mcp_resumable_streams=True, mcp_sse_retry_ms=2500) as service,
         service.http() as http,
     ):
         session = await open_session(service, http, "ada")
+        store = service.app.state.mcp_http.events
+        assert isinstance(store, SessionEventStore)
+        stored = response_stored(store, 2, monkeypatch)
         priming = await primed_then_dropped(session, 2)
 
         assert priming.id, "the priming event carries an id to resume from"
         assert priming.retry == 2500
         assert priming.data == ""
+        with anyio.fail_after(30):
+            await stored.wait()
         message = await resumed_response(session, priming.id, 2)
         assert message is not None
         assert message["result"]["structuredContent"]["username"] == "ada"
