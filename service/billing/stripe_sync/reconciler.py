@@ -209,7 +209,9 @@ class Reconciler:
                     return
                 events = _events_of(page)
                 stored = await self._stored(events)
-                for event in sorted(events, key=lambda event: event.created):  # oldest first
+                # Oldest first within the page; each replay reads Stripe's state afresh, so the
+                # order across pages changes nothing.
+                for event in sorted(events, key=lambda event: event.created):
                     if event.id in stored:
                         continue
                     await self._next_step(report)
