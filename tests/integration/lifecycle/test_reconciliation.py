@@ -19,7 +19,7 @@ from service.paywall.models import Elicitation
 from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.support.cli import run_cli
 from tests.support.mcp_clients import ClientProbe, probed_client
-from tests.support.payment import pay, pay_checkout_session
+from tests.support.payment import answer_dispute, pay, pay_checkout_session
 from tests.support.servers import bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings, run_service_on
 from tests.support.subscriptions import PAID_ARGS, PAID_TOOL, can_use_paid_tool, paid_tool_url
@@ -171,10 +171,7 @@ async def test_reconciliation_gives_access_back_after_a_won_dispute(
     await service.runtime.reconciler.run()
     assert not await can_use_paid_tool(service, token)
 
-    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge.id})).data
-    await service.stripe.v1.disputes.update_async(
-        dispute.id, params={"evidence": {"uncategorized_text": "winning_evidence"}, "submit": True}
-    )
+    await answer_dispute(service.stripe, charge.id, "winning_evidence")
     await service.runtime.reconciler.run()
     assert await can_use_paid_tool(service, token), "the vendor kept the payment"
 

@@ -12,7 +12,7 @@ from service.audit.models import AuditEvent
 from service.billing.models import StripeEvent
 from service.paywall.models import Elicitation
 from stripe_sandbox import sign_webhook_payload
-from tests.support.payment import checkout_session_id, open_checkout
+from tests.support.payment import answer_dispute, checkout_session_id, open_checkout
 from tests.support.service import RunningService, run_service
 from tests.support.subscriptions import (
     DAY,
@@ -144,12 +144,8 @@ async def test_dispute_revokes(service: RunningService) -> None:
 
 
 async def decide_dispute(service: RunningService, charge: str, evidence: str) -> None:
-    """Answer the charge's dispute with test-mode evidence that decides it at once (Stripe's
-    `winning_evidence` / `losing_evidence`), and deliver what that emits."""
-    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge})).data
-    await service.stripe.v1.disputes.update_async(
-        dispute.id, params={"evidence": {"uncategorized_text": evidence}, "submit": True}
-    )
+    """Answer the charge's dispute with test-mode evidence, and deliver what that emits."""
+    await answer_dispute(service.stripe, charge, evidence)
     await service.sandbox.deliver_pending(within=15)
 
 

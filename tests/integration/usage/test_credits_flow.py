@@ -17,7 +17,7 @@ from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.integration.webhooks.test_stripe_webhook import event_body, post_webhook, signed
 from tests.support.databases import TEMPLATE_FIXTURES, DatabaseTemplates
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
-from tests.support.payment import buy_credits
+from tests.support.payment import answer_dispute, buy_credits
 from tests.support.servers import bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings, run_service, run_service_on
 
@@ -214,10 +214,7 @@ async def test_a_won_dispute_gives_the_credits_back_once_and_a_lost_one_keeps_th
     await service.sandbox.deliver_pending(within=10)
     assert await balance_of(service) == 0, "the two unspent credits are taken back"
 
-    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge.id})).data
-    await service.stripe.v1.disputes.update_async(
-        dispute.id, params={"evidence": {"uncategorized_text": evidence}, "submit": True}
-    )
+    await answer_dispute(service.stripe, charge.id, evidence)
     await service.sandbox.deliver_pending(within=10)
     # Stripe may deliver the dispute's events again, in any order: they change nothing more.
     for event_type in ("charge.dispute.closed", "charge.dispute.created"):
@@ -253,10 +250,7 @@ async def test_an_inquiry_keeps_the_credits_until_it_escalates(small_pack_servic
         assert await balance_of(service) == 3, "an inquiry withdraws no funds"
         assert not (await client.call_tool("sql_explain", QUERY)).is_error
 
-        [inquiry] = (await service.stripe.v1.disputes.list_async(params={"charge": charge.id})).data
-        await service.stripe.v1.disputes.update_async(
-            inquiry.id, params={"evidence": {"uncategorized_text": "escalate_inquiry_evidence"}}
-        )
+        await answer_dispute(service.stripe, charge.id, "escalate_inquiry_evidence")
         await service.sandbox.deliver_pending(within=10)
         assert await balance_of(service) == 0, "the escalated chargeback takes the two unspent credits"
         await call_expecting_32042(client, "sql_explain", QUERY)
@@ -303,13 +297,6 @@ async def test_reconciliation_grants_credits_whose_webhook_was_missed(
         assert await balance_of(service) == 2, "reconciling again grants nothing more"
 
 
-async def win_dispute(service: RunningService, charge_id: str) -> None:
-    [dispute] = (await service.stripe.v1.disputes.list_async(params={"charge": charge_id})).data
-    await service.stripe.v1.disputes.update_async(
-        dispute.id, params={"evidence": {"uncategorized_text": "winning_evidence"}}
-    )
-
-
 @pytest.mark.parametrize("reversal", ["refund", "dispute", "dispute won"])
 async def test_reconciliation_applies_refunds_and_disputes_whose_webhooks_were_missed(
     tmp_path: Path, database_url: str, reversal: str
@@ -335,7 +322,7 @@ async def test_reconciliation_applies_refunds_and_disputes_whose_webhooks_were_m
                     "post", f"/v1/test_helpers/charges/{charge.id}/dispute"
                 )
             if reversal == "dispute won":
-                await win_dispute(service, charge.id)
+                await answer_dispute(service.stripe, charge.id, "winning_evidence")
 
             report = await service.runtime.reconciler.run()
             replayed = {"refund": 1, "dispute": 2, "dispute won": 4}[reversal]
@@ -349,7 +336,7 @@ async def test_reconciliation_applies_refunds_and_disputes_whose_webhooks_were_m
                 assert await balance_of(service) == 0, "the two unspent credits are taken back"
                 await call_expecting_32042(client, "sql_explain", QUERY)
             if reversal == "dispute":
-                await win_dispute(service, charge.id)
+                await answer_dispute(service.stripe, charge.id, "winning_evidence")
                 won = await service.runtime.reconciler.run()
                 assert won.events_replayed == 2, "the dispute closed, its funds reinstated"
                 assert await balance_of(service) == 2, "the won dispute gives the two credits back"
