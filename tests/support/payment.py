@@ -115,3 +115,12 @@ async def answer_dispute(client: stripe.StripeClient, charge_id: str, evidence: 
     await client.v1.disputes.update_async(
         dispute.id, params={"evidence": {"uncategorized_text": evidence}, "submit": True}
     )
+
+
+async def checkout_payment(client: stripe.StripeClient, checkout_id: str) -> tuple[str, str]:
+    """The payment intent of a paid Checkout Session in payment mode, and the one charge it made."""
+    checkout = await client.v1.checkout.sessions.retrieve_async(checkout_id)
+    assert checkout.payment_intent is not None
+    payment_intent = str(checkout.payment_intent)
+    [charge] = (await client.v1.charges.list_async(params={"payment_intent": payment_intent})).data
+    return payment_intent, charge.id

@@ -17,7 +17,7 @@ from stripe_sandbox import SandboxConfig, create_sandbox_app
 from tests.integration.webhooks.test_stripe_webhook import event_body, post_webhook, signed
 from tests.support.databases import TEMPLATE_FIXTURES, DatabaseTemplates
 from tests.support.mcp_clients import ClientProbe, call_expecting_32042, probed_client
-from tests.support.payment import answer_dispute, buy_credits
+from tests.support.payment import answer_dispute, buy_credits, checkout_payment
 from tests.support.servers import bound_socket, port_of, serve
 from tests.support.service import RunningService, make_settings, run_service, run_service_on
 
@@ -176,16 +176,11 @@ async def test_a_refund_or_dispute_takes_back_the_unspent_credits(
         assert not (await client.call_tool("sql_explain", QUERY)).is_error
         assert await balance_of(service) == 2
 
-        checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
-        assert checkout.payment_intent is not None
-        payment_intent = str(checkout.payment_intent)
+        payment_intent, charge_id = await checkout_payment(service.stripe, checkout_id)
         if reversal == "refund":
             await service.stripe.v1.refunds.create_async(params={"payment_intent": payment_intent})
         else:
-            [charge] = (
-                await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})
-            ).data
-            await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge.id}/dispute")
+            await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge_id}/dispute")
         await service.sandbox.deliver_pending(within=10)
 
         assert await balance_of(service) == 0, "the two unspent credits are taken back"
@@ -207,14 +202,12 @@ async def test_a_won_dispute_gives_the_credits_back_once_and_a_lost_one_keeps_th
         checkout_id = await buy_credits(service, elicitation.url, "una", "calls_3")
         await probe.wait_for_completion()
         assert not (await client.call_tool("sql_explain", QUERY)).is_error
-    checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
-    payment_intent = str(checkout.payment_intent)
-    [charge] = (await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})).data
-    await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge.id}/dispute")
+    _, charge_id = await checkout_payment(service.stripe, checkout_id)
+    await service.stripe.raw_request_async("post", f"/v1/test_helpers/charges/{charge_id}/dispute")
     await service.sandbox.deliver_pending(within=10)
     assert await balance_of(service) == 0, "the two unspent credits are taken back"
 
-    await answer_dispute(service.stripe, charge.id, evidence)
+    await answer_dispute(service.stripe, charge_id, evidence)
     await service.sandbox.deliver_pending(within=10)
     # Stripe may deliver the dispute's events again, in any order: they change nothing more.
     for event_type in ("charge.dispute.closed", "charge.dispute.created"):
@@ -238,19 +231,15 @@ async def test_an_inquiry_keeps_the_credits_until_it_escalates(small_pack_servic
         elicitation = await call_expecting_32042(client, "sql_explain", QUERY)
         checkout_id = await buy_credits(service, elicitation.url, "ina", "calls_3")
         await probe.wait_for_completion()
-        checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
-        payment_intent = str(checkout.payment_intent)
-        [charge] = (
-            await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})
-        ).data
+        payment_intent, charge_id = await checkout_payment(service.stripe, checkout_id)
         await service.stripe.raw_request_async(
-            "post", f"/v1/test_helpers/charges/{charge.id}/dispute", case_type="inquiry"
+            "post", f"/v1/test_helpers/charges/{charge_id}/dispute", case_type="inquiry"
         )
         await service.sandbox.deliver_pending(within=10)
         assert await balance_of(service) == 3, "an inquiry withdraws no funds"
         assert not (await client.call_tool("sql_explain", QUERY)).is_error
 
-        await answer_dispute(service.stripe, charge.id, "escalate_inquiry_evidence")
+        await answer_dispute(service.stripe, charge_id, "escalate_inquiry_evidence")
         await service.sandbox.deliver_pending(within=10)
         assert await balance_of(service) == 0, "the escalated chargeback takes the two unspent credits"
         await call_expecting_32042(client, "sql_explain", QUERY)
@@ -310,19 +299,15 @@ async def test_reconciliation_applies_refunds_and_disputes_whose_webhooks_were_m
             await service.runtime.reconciler.run()
             assert not (await client.call_tool("sql_explain", QUERY)).is_error
             assert await balance_of(service) == 2
-            checkout = await service.stripe.v1.checkout.sessions.retrieve_async(checkout_id)
-            payment_intent = str(checkout.payment_intent)
-            [charge] = (
-                await service.stripe.v1.charges.list_async(params={"payment_intent": payment_intent})
-            ).data
+            payment_intent, charge_id = await checkout_payment(service.stripe, checkout_id)
             if reversal == "refund":
                 await service.stripe.v1.refunds.create_async(params={"payment_intent": payment_intent})
             else:
                 await service.stripe.raw_request_async(
-                    "post", f"/v1/test_helpers/charges/{charge.id}/dispute"
+                    "post", f"/v1/test_helpers/charges/{charge_id}/dispute"
                 )
             if reversal == "dispute won":
-                await answer_dispute(service.stripe, charge.id, "winning_evidence")
+                await answer_dispute(service.stripe, charge_id, "winning_evidence")
 
             report = await service.runtime.reconciler.run()
             replayed = {"refund": 1, "dispute": 2, "dispute won": 4}[reversal]
@@ -336,7 +321,7 @@ async def test_reconciliation_applies_refunds_and_disputes_whose_webhooks_were_m
                 assert await balance_of(service) == 0, "the two unspent credits are taken back"
                 await call_expecting_32042(client, "sql_explain", QUERY)
             if reversal == "dispute":
-                await answer_dispute(service.stripe, charge.id, "winning_evidence")
+                await answer_dispute(service.stripe, charge_id, "winning_evidence")
                 won = await service.runtime.reconciler.run()
                 assert won.events_replayed == 2, "the dispute closed, its funds reinstated"
                 assert await balance_of(service) == 2, "the won dispute gives the two credits back"
